@@ -1,0 +1,42 @@
+"""Write every artifact of a finished plan into an output directory (the backend driver)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hetcompile.backends import deploy, skypilot, vllm
+from hetcompile.backends.canon import dumps_json
+from hetcompile.backends.plan_json import plan_dict, timings_dict
+from hetcompile.backends.plan_md import plan_md
+from hetcompile.ir.problem import Problem
+
+
+def artifacts(ir: Problem) -> dict[str, str]:
+    """Relative path -> file text, for every artifact; pure, so tests can compare without disk."""
+    plan = plan_dict(ir)
+    files: dict[str, str] = {"plan.json": dumps_json(plan), "plan.md": plan_md(plan)}
+    for r in ir.replicas:
+        scripts = vllm.node_scripts(ir, r)
+        for s in scripts:
+            files[s.path] = s.text
+        files[f"sky/{r.id}.yaml"] = skypilot.replica_task(ir, r, scripts)
+    files["sky/router.yaml"] = skypilot.router_task(ir)
+    files["router/routing.json"] = dumps_json(ir.routing.model_dump(mode="json"))
+    files["deploy.sh"] = deploy.deploy_sh(ir)
+    files["teardown.sh"] = deploy.teardown_sh(ir)
+    return dict(sorted(files.items()))
+
+
+def write(ir: Problem, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for rel, text in artifacts(ir).items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if rel.endswith(".sh"):
+            os.chmod(path, 0o755)
+        written.append(path)
+    (out / "timings.json").write_text(dumps_json(timings_dict(ir)))
+    return written

@@ -1,0 +1,46 @@
+"""plan.md: the plan for a person, rendered from the same dict as plan.json."""
+
+from __future__ import annotations
+
+import jinja2
+
+from hetcompile.backends.canon import canon
+
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("hetcompile.backends", "templates"),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+
+def _f(x: object) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, (int, float)):
+        return f"{x:.4g}"
+    return str(x)
+
+
+def _f2(x: object) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _pct(x: object) -> str:
+    return "-" if x is None else f"{100 * x:.3g}%"
+
+
+def summary(plan: dict) -> str:
+    t = plan["totals"]
+    if t["objective"] == "min-cost":
+        return f"every workload rate met for ${t['price_per_hour']:.2f}/h."
+    if t["objective"] == "min-makespan" and "makespan_s" in t:
+        return f"all requests done in {t['makespan_s']:.4g} s."
+    if t["objective"] == "max-throughput-per-dollar" and "tokens_per_dollar" in t:
+        return f"{t['tokens_per_dollar'] / 3600:.4g} tokens per dollar-second ({t['tokens_per_dollar']:.4g} tokens/s per $/s)."
+    return f"{t['requests_per_s']:.4g} requests/s within budget and availability."
+
+
+def plan_md(plan: dict) -> str:
+    p = canon(plan)
+    return _env.get_template("plan.md.j2").render(p=p, t=p["totals"], summary=summary(p), f=_f, f2=_f2, pct=_pct)

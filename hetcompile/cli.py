@@ -1,0 +1,176 @@
+"""The `hetcompile` command line: build, validate, explain, schema, router, fill-endpoints.
+
+User errors (`HetcompileError`) print as one clean paragraph with file:line:col and exit 1;
+`--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from hetcompile import __version__
+from hetcompile.ir.errors import HetcompileError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Compile LLM serving specs into plans for mixed GPU fleets.")
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+_state = {"debug": False}
+
+
+def _fail(exc: HetcompileError) -> None:
+    if _state["debug"]:
+        raise exc
+    err.print(str(exc), markup=False)
+    raise typer.Exit(code=1)
+
+
+@app.callback()
+def main_options(
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks for errors"),
+    version: bool = typer.Option(False, "--version", help="print the version and exit"),
+) -> None:
+    _state["debug"] = debug
+    if version:
+        out.print(f"hetcompile {__version__}")
+        raise typer.Exit()
+
+
+@app.command()
+def build(
+    spec: Path = typer.Argument(..., help="spec.yaml"),
+    output: Path = typer.Option(Path("out"), "-o", "--output", help="output directory"),
+    stop_after: Optional[str] = typer.Option(None, "--stop-after", help="stop after this pass and dump its IR"),
+    dump_after: List[str] = typer.Option([], "--dump-after", help="write OUT/ir/<pass>.json after this pass"),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="only errors"),
+) -> None:
+    """Compile SPEC into a plan and its artifacts under OUT."""
+    from hetcompile.backends.canon import dumps_json
+    from hetcompile.backends.emit import write
+    from hetcompile.backends.plan_json import plan_dict
+    from hetcompile.driver import compile_spec
+
+    log = (lambda m: None) if quiet else (lambda m: err.print(f"  {m}", markup=False))
+    try:
+        res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), log=log)
+        for name, ir in res.dumps.items():
+            (output / "ir").mkdir(parents=True, exist_ok=True)
+            (output / "ir" / f"{name}.json").write_text(dumps_json(ir.model_dump(mode="json")))
+        if res.stopped_after:
+            (output / "ir").mkdir(parents=True, exist_ok=True)
+            path = output / "ir" / f"{res.stopped_after}.json"
+            path.write_text(dumps_json(res.ir.model_dump(mode="json")))
+            out.print(f"stopped after {res.stopped_after}: IR in {path}")
+            return
+        files = write(res.ir, output)
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    if not quiet:
+        t = plan_dict(res.ir)["totals"]
+        gap = "-" if t["gap"] is None else f"{100 * t['gap']:.3g}%"
+        out.print(
+            f"plan {res.ir.name}: {len(res.ir.replicas)} replicas on {t['gpus']} GPUs, "
+            f"{t['requests_per_s']:.4g} req/s, {t['tokens_per_s']:.4g} tokens/s, ${t['price_per_hour']:.2f}/h "
+            f"(objective {t['objective_value']:.6g}, bound {t['bound'] if t['bound'] is None else format(t['bound'], '.6g')}, gap {gap})"
+        )
+        for b in t["binding"]:
+            out.print(f"  binds: {b}")
+        out.print(f"wrote {len(files)} files to {output}/ (plan.md explains the plan)")
+
+
+@app.command()
+def validate(spec: Path = typer.Argument(..., help="spec.yaml")) -> None:
+    """Check SPEC (keys, units, names) without solving."""
+    from hetcompile.ir.lower import load_problem
+
+    try:
+        ir, _, _ = load_problem(spec)
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    out.print(f"{spec}: ok ({len(ir.models)} models, {len(ir.workloads)} workloads, {len(ir.offers)} offers)")
+
+
+@app.command()
+def explain(plan: Path = typer.Argument(..., help="OUT/plan.json or OUT/")) -> None:
+    """Summarize a plan: replicas, stages, capacity, cost, what binds, gap."""
+    from hetcompile.backends.plan_md import plan_md
+
+    path = plan / "plan.json" if plan.is_dir() else plan
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        _fail(HetcompileError(f"cannot read plan {str(path)!r}: {exc}"))
+        return
+    from rich.markdown import Markdown
+
+    out.print(Markdown(plan_md(data)))
+
+
+@app.command()
+def schema(output: Path = typer.Option(Path("schemas"), "-o", "--output", help="directory")) -> None:
+    """Regenerate the JSON schemas of the spec and the routing table."""
+    from hetcompile.schemas_gen import schemas
+
+    output.mkdir(parents=True, exist_ok=True)
+    for name, text in schemas().items():
+        (output / name).write_text(text)
+        out.print(f"wrote {output / name}")
+
+
+@app.command("fill-endpoints")
+def fill_endpoints(
+    table: Path = typer.Argument(..., help="router/routing.json"),
+    endpoints: List[str] = typer.Argument(..., help="REPLICA=URL pairs"),
+    in_place: bool = typer.Option(False, "--in-place", help="rewrite TABLE instead of printing"),
+) -> None:
+    """Write replica endpoints (from `sky status --endpoint`) into a routing table."""
+    from hetcompile.backends.canon import dumps_json
+    from hetcompile.ir.routing import RoutingTable
+
+    try:
+        rt = RoutingTable.model_validate_json(table.read_text())
+        pairs = dict(e.split("=", 1) for e in endpoints)
+    except Exception as exc:  # pydantic / IO / malformed pairs
+        _fail(HetcompileError(f"cannot fill endpoints: {exc}"))
+        return
+    unknown = set(pairs) - {r.id for r in rt.replicas}
+    if unknown:
+        _fail(HetcompileError(f"unknown replicas: {', '.join(sorted(unknown))}"))
+    reps = tuple(r.model_copy(update={"endpoint": pairs.get(r.id, r.endpoint)}) for r in rt.replicas)
+    text = dumps_json(rt.model_copy(update={"replicas": reps}).model_dump(mode="json"))
+    if in_place:
+        table.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def router(
+    table: Path = typer.Option(..., "--table", help="router/routing.json"),
+    host: str = typer.Option("127.0.0.1", "--host", help="bind address (default loopback only)"),
+    port: int = typer.Option(8080, "--port"),
+    policy: Optional[str] = typer.Option(None, "--policy", help="override the table's policy"),
+    auth_token_env: Optional[str] = typer.Option(None, "--auth-token-env", help="env var with the clients' bearer token"),
+) -> None:
+    """Run the bundled OpenAI-compatible router in front of a plan's replicas."""
+    import os
+
+    from hetcompile.router.app import serve
+
+    token = os.environ.get(auth_token_env) if auth_token_env else None
+    serve(table, host=host, port=port, policy=policy, auth_token=token)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

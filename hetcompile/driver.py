@@ -1,0 +1,23 @@
+"""The compiler driver: spec file -> IR -> pass pipeline -> plan IR (what `hetcompile build` runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from hetcompile.ir.lower import load_problem
+from hetcompile.passes import default_pipeline
+from hetcompile.passes.base import PassContext, PipelineResult, run_pipeline
+from hetcompile.passes.solve import SolverOptions
+
+
+def compile_spec(
+    spec_path: Path,
+    stop_after: str | None = None,
+    dump_after: tuple[str, ...] = (),
+    log: Callable[[str], None] = lambda _: None,
+) -> PipelineResult:
+    ir, _, _ = load_problem(spec_path)
+    s = ir.solver
+    ctx = PassContext(solver=SolverOptions(time_limit_s=s.time_limit_s, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed), log=log)
+    return run_pipeline(ir, default_pipeline(), ctx, stop_after=stop_after, dump_after=dump_after)

@@ -1,0 +1,1 @@
+"""Intermediate representations: the user spec, the canonical problem IR, the plan, routing table."""

@@ -1,0 +1,140 @@
+"""Read a spec file into a validated `Spec`, turning every problem into a `SpecError` with a span.
+
+Pydantic reports errors by location (a path of keys and indices); the YAML source map turns the
+path into file:line:col. Unknown keys get a "did you mean" from the fields of the model at that
+place, the way SkyPilot's schema errors do.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from hetcompile.ir.errors import SpecError, did_you_mean
+from hetcompile.ir.spec import MeasuredProfile, Spec
+from hetcompile.ir.yaml_spans import SourceMap, load_yaml
+
+
+def _unwrap(tp: object) -> list[object]:
+    """The concrete types inside Annotated / Optional / Union / tuple / list annotations."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(tp)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [t for a in typing.get_args(tp) for t in _unwrap(a)]
+    if origin in (tuple, list):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        return [t for a in args for t in _unwrap(a)]
+    if origin is dict:
+        return _unwrap(typing.get_args(tp)[1])
+    return [tp]
+
+
+def _model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class that owns the mapping at `loc` (for did-you-mean)."""
+    current: list[object] = [root]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        nxt: list[object] = []
+        for cls in current:
+            if isinstance(cls, type) and issubclass(cls, BaseModel) and part in cls.model_fields:
+                nxt.extend(_unwrap(cls.model_fields[part].annotation))
+        current = nxt
+    for cls in current:
+        if isinstance(cls, type) and issubclass(cls, BaseModel):
+            return cls
+    return None
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    # pydantic inserts union-member tags (e.g. 'MeasuredProfile', 'str') into locations
+    return tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or p in ("str", "function-before[check(), float]"))))
+
+
+def _describe(err: dict) -> str:
+    msg = str(err.get("msg", "invalid value"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    return msg
+
+
+def validation_to_spec_error(exc: ValidationError, smap: SourceMap, root: type[BaseModel]) -> SpecError:
+    """The first pydantic error as a SpecError pointing at the YAML."""
+    errors = exc.errors()
+    # prefer an unknown-key error: it is usually the cause of the others
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = _clean_loc(tuple(err["loc"]))
+    field = ".".join(str(p) for p in loc) or "<root>"
+    if err["type"] == "extra_forbidden":
+        key = loc[-1]
+        owner = _model_at(root, loc[:-1])
+        known = list(owner.model_fields) if owner else []
+        guess = did_you_mean(str(key), known)
+        msg = f"unknown key {key!r}" + (f"; did you mean {guess!r}?" if guess else "")
+        hint = f"allowed keys here: {', '.join(known)}" if known else None
+        return SpecError(msg, smap.key(loc), hint=hint)
+    if err["type"] == "missing":
+        owner = _model_at(root, loc[:-1])
+        desc = ""
+        if owner is not None and loc[-1] in owner.model_fields:
+            desc = owner.model_fields[loc[-1]].description or ""
+        return SpecError(
+            f"missing required key {loc[-1]!r} in {'.'.join(str(p) for p in loc[:-1]) or 'the spec'}",
+            smap.value(loc[:-1]),
+            hint=f"add `{loc[-1]}:` ({desc})" if desc else f"add `{loc[-1]}:`",
+        )
+    return SpecError(f"{field}: {_describe(err)}", smap.value(loc))
+
+
+def read_spec(path: Path) -> tuple[Spec, SourceMap, bytes]:
+    """Parse and validate a spec file. Returns the spec, its source map and the raw bytes (for hashing)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"cannot read spec {str(path)!r}: {exc.strerror}") from None
+    data, smap = load_yaml(raw.decode("utf-8", errors="replace"), str(path))
+    if not isinstance(data, dict):
+        raise SpecError("a spec must be a YAML mapping with keys name, models, workloads, regions", smap.value(()))
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        raise validation_to_spec_error(exc, smap, Spec) from None
+    return spec, smap, raw
+
+
+def read_profiles(path: Path) -> tuple[list[MeasuredProfile], SourceMap]:
+    """A profiles file: a YAML list of measured profiles (same keys as inline `profiles:` entries)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read profiles file {str(path)!r}: {exc.strerror}") from None
+    data, smap = load_yaml(text, str(path))
+    if not isinstance(data, list):
+        raise SpecError("a profiles file must be a YAML list of profiles", smap.value(()))
+    out = []
+    for i, item in enumerate(data):
+        try:
+            out.append(MeasuredProfile.model_validate(item))
+        except ValidationError as exc:
+            err = validation_to_spec_error(exc, _Shifted(smap, (i,)), MeasuredProfile)
+            raise err from None
+    return out, smap
+
+
+class _Shifted(SourceMap):
+    """A view of a source map with a path prefix, for validating one list item on its own."""
+
+    def __init__(self, base: SourceMap, prefix: tuple):
+        super().__init__(file=base.file, lines=base.lines, values=base.values, keys=base.keys)
+        self._prefix = prefix
+
+    def value(self, path):  # type: ignore[override]
+        return super().value(self._prefix + tuple(path))
+
+    def key(self, path):  # type: ignore[override]
+        return super().key(self._prefix + tuple(path))

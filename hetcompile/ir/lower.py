@@ -1,0 +1,282 @@
+"""Lower a validated `Spec` to the canonical `Problem` IR: resolve names, fill defaults, go SI.
+
+Checks that need more than one field live here and point at the spec line that is wrong:
+a workload naming an unknown model, an offer naming an unknown GPU (with did-you-mean), a
+link between unknown regions, an offer without any price, inconsistent demand kinds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+from hetcompile.ir.errors import SpecError, did_you_mean
+from hetcompile.ir.load import read_profiles, read_spec
+from hetcompile.ir.problem import (
+    Engine,
+    GpuType,
+    Link,
+    MeasuredShape,
+    Model,
+    ModelArch,
+    Offer,
+    Problem,
+    SolverConfig,
+    Workload,
+)
+from hetcompile.ir.spec import MeasuredProfile, Spec
+from hetcompile.ir.yaml_spans import SourceMap
+from hetcompile.perf import catalog
+
+PCIE4 = 32e9
+
+
+def _gpu_types(spec: Spec) -> dict[str, GpuType]:
+    user = {}
+    for g in spec.gpus:
+        base = catalog.lookup_gpu(g.name)
+        user[g.name.lower()] = GpuType(
+            name=g.name,
+            sky_name=g.sky_name or (base.sky_name if base else g.name),
+            memory=g.memory,
+            flops=g.fp16_tflops * 1e12,
+            mem_bw=g.bandwidth,
+            interconnect=g.interconnect or (base.interconnect if base else PCIE4),
+            bf16=g.bf16,
+            price_per_hour=g.price if g.price is not None else (base.price_per_hour if base else None),
+            source="spec",
+        )
+    return user
+
+
+def _resolve_gpu(name: str, user: dict[str, GpuType], smap: SourceMap, path: tuple) -> GpuType:
+    if name.lower() in user:
+        return user[name.lower()]
+    found = catalog.lookup_gpu(name)
+    if found is not None:
+        return found
+    known = sorted({*catalog.gpu_names(), *(g.name for g in user.values())})
+    guess = did_you_mean(name, [*known, *catalog.all_gpu_spellings()])
+    raise SpecError(
+        f"unknown GPU {name!r}" + (f"; did you mean {catalog.lookup_gpu(guess).name if catalog.lookup_gpu(guess) else guess!r}?" if guess else ""),
+        smap.value(path),
+        hint=f"known GPUs: {', '.join(known)}; or define it under `gpus:` (memory, fp16_tflops, bandwidth)",
+    )
+
+
+def _models(spec: Spec, smap: SourceMap) -> tuple[Model, ...]:
+    out = []
+    seen: set[str] = set()
+    for i, m in enumerate(spec.models):
+        if m.name in seen:
+            raise SpecError(f"model {m.name!r} is listed twice", smap.value(("models", i, "name")))
+        seen.add(m.name)
+        found = catalog.lookup_model(m.name)
+        if m.architecture is not None:
+            a = m.architecture
+            arch = ModelArch(
+                layers=a.layers, hidden=a.hidden, intermediate=a.intermediate, heads=a.heads, kv_heads=a.kv_heads,
+                head_dim=a.head_dim or a.hidden // a.heads, vocab=a.vocab, max_context=a.max_context,
+                tie_embeddings=a.tie_embeddings, source="spec",
+            )
+            default_weights = found[1] if found else None
+        elif found is not None:
+            _, default_weights, arch = found
+        else:
+            guess = did_you_mean(m.name, catalog.model_names())
+            raise SpecError(
+                f"unknown model {m.name!r}" + (f"; did you mean {guess!r}?" if guess else ""),
+                smap.value(("models", i, "name")),
+                hint=f"catalog models: {', '.join(catalog.model_names())}; or give `architecture:` "
+                "(layers, hidden, intermediate, heads, kv_heads, vocab) for another model",
+            )
+        weights = m.weights or default_weights
+        if not weights:
+            raise SpecError(f"model {m.name!r} needs `weights:` (a Hugging Face id or a path)", smap.value(("models", i)))
+        lens = [w.input_tokens + w.output_tokens for w in spec.workloads if w.model == m.name]
+        if m.max_model_len:
+            max_len = m.max_model_len
+        else:
+            need = max(lens, default=2048)
+            max_len = min(arch.max_context, 1 << max(8, math.ceil(math.log2(2 * need))))
+        for j, w in enumerate(spec.workloads):
+            if w.model == m.name and w.input_tokens + w.output_tokens > max_len:
+                raise SpecError(
+                    f"workload {w.name!r} needs {w.input_tokens + w.output_tokens} tokens of context but "
+                    f"{m.name} is served with max_model_len {max_len}",
+                    smap.value(("workloads", j, "input_tokens")),
+                    hint="shorten the workload or raise the model's `max_model_len`",
+                )
+        dtype = {"auto": "auto", "fp16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}[m.dtype]
+        out.append(Model(name=m.name, served_name=m.served_name or m.name, weights=weights, dtype=dtype, arch=arch, max_model_len=max_len))
+    return tuple(sorted(out, key=lambda x: x.name))
+
+
+def _workloads(spec: Spec, smap: SourceMap, models: set[str]) -> tuple[Workload, ...]:
+    names: set[str] = set()
+    for i, w in enumerate(spec.workloads):
+        if w.model not in models:
+            guess = did_you_mean(w.model, sorted(models))
+            raise SpecError(
+                f"workload {w.name!r} names model {w.model!r}, which is not under `models`"
+                + (f"; did you mean {guess!r}?" if guess else ""),
+                smap.value(("workloads", i, "model")),
+            )
+        if w.name in names:
+            raise SpecError(f"workload {w.name!r} is listed twice", smap.value(("workloads", i, "name")))
+        names.add(w.name)
+    ws = spec.workloads
+    if spec.objective == "min-makespan" and all(w.requests for w in ws):
+        kind, demand = "requests", [w.requests for w in ws]
+    elif all(w.rate for w in ws):
+        kind, demand = "rate", [w.rate for w in ws]
+    elif all(w.share for w in ws):
+        kind, demand = "share", [w.share for w in ws]
+    elif all(w.requests for w in ws):
+        kind, demand = "requests", [w.requests for w in ws]
+    elif not any(w.rate or w.share or w.requests for w in ws):
+        kind, demand = "share", [1.0] * len(ws)
+    else:
+        i = next(i for i, w in enumerate(ws) if not w.rate)
+        raise SpecError(
+            f"workload {ws[i].name!r} has no rate while others do",
+            smap.value(("workloads", i)),
+            hint="give every workload a `rate` (or every workload a `share`, or `requests` for min-makespan)",
+        )
+    if spec.objective == "min-cost" and kind != "rate":
+        raise SpecError(
+            "objective min-cost needs a `rate` on every workload (the demand to meet at least cost)",
+            smap.value(("objective",)),
+        )
+    if kind == "share":  # shares are a mix: normalize so theta * share is requests/s
+        total = sum(demand)
+        demand = [d / total for d in demand]
+    out = []
+    for w, d in zip(ws, demand):
+        match = w.match.model_dump(exclude_none=True) if w.match else {}
+        out.append(
+            Workload(
+                name=w.name, model=w.model, input_tokens=float(w.input_tokens), output_tokens=float(w.output_tokens),
+                demand=float(d), demand_kind=kind, rate=w.rate,
+                ttft_slo=w.slo.ttft if w.slo else None, tpot_slo=w.slo.tpot if w.slo else None, match=match,
+            )
+        )
+    return tuple(sorted(out, key=lambda x: x.name))
+
+
+def _offers(spec: Spec, smap: SourceMap, user: dict[str, GpuType]) -> tuple[tuple[Offer, ...], tuple[GpuType, ...]]:
+    offers, used = [], {}
+    regions = set()
+    for ri, r in enumerate(spec.regions):
+        if r.name in regions:
+            raise SpecError(f"region {r.name!r} is listed twice", smap.value(("regions", ri, "name")))
+        regions.add(r.name)
+        for oi, o in enumerate(r.offers):
+            path = ("regions", ri, "offers", oi)
+            gpu = _resolve_gpu(o.gpu, user, smap, path + ("gpu",))
+            price = o.price if o.price is not None else gpu.price_per_hour
+            if price is None:
+                raise SpecError(f"no price for {gpu.name} in {r.name}", smap.value(path), hint="add `price: $X/h` (per GPU-hour)")
+            if o.owned > o.max_nodes:
+                raise SpecError(
+                    f"owned ({o.owned}) exceeds max_nodes ({o.max_nodes})", smap.value(path + ("owned",)),
+                    hint="max_nodes counts owned and rentable nodes together",
+                )
+            oid = f"{r.name}/{gpu.name}x{o.gpus_per_node}"
+            if any(x.id == oid for x in offers):
+                raise SpecError(f"offer {oid} is listed twice", smap.value(path))
+            used[gpu.name] = gpu
+            offers.append(
+                Offer(
+                    id=oid, region=r.name, cloud=r.cloud, gpu=gpu.name, gpus_per_node=o.gpus_per_node,
+                    max_nodes=o.max_nodes, owned_nodes=o.owned, price_per_gpu_s=price / 3600.0, spot=o.spot,
+                )
+            )
+    return tuple(sorted(offers, key=lambda x: x.id)), tuple(sorted(used.values(), key=lambda g: g.name))
+
+
+def _links(spec: Spec, smap: SourceMap) -> tuple[Link, ...]:
+    names = sorted(r.name for r in spec.regions)
+    override = {}
+    for i, l in enumerate(spec.network.links):
+        for j, n in enumerate(l.between):
+            if n not in names:
+                guess = did_you_mean(n, names)
+                raise SpecError(
+                    f"link names unknown region {n!r}" + (f"; did you mean {guess!r}?" if guess else ""),
+                    smap.value(("network", "links", i, "between", j)),
+                )
+        override[tuple(sorted(l.between))] = l
+    out = []
+    for ai, a in enumerate(names):
+        for b in names[ai:]:
+            l = override.get((a, b)) or (spec.network.intra_region if a == b else spec.network.inter_region)
+            out.append(Link(a=a, b=b, bandwidth=l.bandwidth, latency=l.latency))
+    return tuple(out)
+
+
+def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: dict[str, GpuType], workloads: set[str]) -> tuple[MeasuredShape, ...]:
+    entries: list[tuple[MeasuredProfile, SourceMap, tuple]] = []
+    for i, p in enumerate(spec.profiles):
+        if isinstance(p, str):
+            items, psmap = read_profiles((base / p).resolve())
+            entries.extend((item, psmap, (j,)) for j, item in enumerate(items))
+        else:
+            entries.append((p, smap, ("profiles", i)))
+    out = []
+    for p, psmap, path in entries:
+        if p.model not in models:
+            raise SpecError(f"profile for unknown model {p.model!r}", psmap.value(path + ("model",)))
+        gpu = _resolve_gpu(p.gpu, user, psmap, path + ("gpu",))
+        for w in p.throughput:
+            if w not in workloads:
+                guess = did_you_mean(w, sorted(workloads))
+                raise SpecError(
+                    f"profile throughput names unknown workload {w!r}" + (f"; did you mean {guess!r}?" if guess else ""),
+                    psmap.key(path + ("throughput", w)),
+                )
+        out.append(
+            MeasuredShape(
+                model=p.model, gpu=gpu.name, tp=p.tp, pp=p.pp, throughput=tuple(sorted(p.throughput.items())),
+                kv_capacity_tokens=p.kv_capacity_tokens, prefill_tokens_per_s=p.prefill_tokens_per_s,
+                decode_tokens_per_s=p.decode_tokens_per_s, source=p.source,
+            )
+        )
+    return tuple(sorted(out, key=lambda m: (m.model, m.gpu, m.tp, m.pp)))
+
+
+def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
+    user = _gpu_types(spec)
+    models = _models(spec, smap)
+    workloads = _workloads(spec, smap, {m.name for m in models})
+    offers, gpus = _offers(spec, smap, user)
+    measured = _measured(spec, smap, spec_path.parent, {m.name for m in models}, user, {w.name for w in workloads})
+    for m in measured:
+        if m.gpu not in {g.name for g in gpus}:
+            gpus = tuple(sorted([*gpus, user.get(m.gpu.lower()) or catalog.lookup_gpu(m.gpu)], key=lambda g: g.name))
+    s, e = spec.solver, spec.engine
+    return Problem(
+        name=spec.name,
+        spec_hash=hashlib.sha256(raw).hexdigest(),
+        spec_file=spec_path.name,
+        models=models,
+        workloads=workloads,
+        gpus=gpus,
+        offers=offers,
+        links=_links(spec, smap),
+        budget_per_s=spec.budget / 3600.0 if spec.budget is not None else None,
+        objective=spec.objective,
+        solver=SolverConfig(time_limit_s=s.time_limit, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed),
+        engine=Engine(
+            image=e.image, gpu_memory_utilization=e.gpu_memory_utilization, max_num_seqs=e.max_num_seqs,
+            port=e.port, router_port=e.router_port, disk_size=e.disk_size,
+        ),
+        measured=measured,
+    )
+
+
+def load_problem(path: Path) -> tuple[Problem, Spec, SourceMap]:
+    """Spec file -> Problem IR (the `load` + `lower` arrows of DESIGN.md's data flow)."""
+    spec, smap, raw = read_spec(path)
+    return lower(spec, smap, raw, path), spec, smap

@@ -1,0 +1,257 @@
+"""The canonical problem IR: a resolved spec in SI units, plus what each pass adds.
+
+Units: bytes, seconds, bytes/s, FLOP/s, requests/s, dollars per second (`*_per_s` prices).
+All collections are tuples sorted by id so the same spec gives the same IR (and plan) bytes.
+Passes never mutate: each returns `ir.model_copy(update={...})` with its own field filled in
+(profile -> `perf`, compose -> `composition`, prune -> `links`, place/parallelize ->
+`replicas`, route -> `routing`) and appends a `PassReport`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hetcompile.ir.routing import RoutingTable
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GpuType(Frozen):
+    name: Annotated[str, Field(description="canonical GPU type id")]
+    sky_name: Annotated[str, Field(description="SkyPilot accelerator name")]
+    memory: Annotated[float, Field(gt=0, description="bytes per GPU")]
+    flops: Annotated[float, Field(gt=0, description="dense FP16 tensor FLOP/s")]
+    mem_bw: Annotated[float, Field(gt=0, description="memory bandwidth, bytes/s")]
+    interconnect: Annotated[float, Field(gt=0, description="GPU-GPU bandwidth inside a node, bytes/s")]
+    bf16: Annotated[bool, Field(description="supports bfloat16")]
+    price_per_hour: Annotated[float | None, Field(description="catalog $ per GPU-hour")] = None
+    source: Annotated[str, Field(description="where the numbers come from")] = ""
+
+
+class ModelArch(Frozen):
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    max_context: int
+    tie_embeddings: bool
+    source: str = ""
+
+
+class Model(Frozen):
+    name: Annotated[str, Field(description="model id in the plan")]
+    served_name: Annotated[str, Field(description="--served-model-name, what clients send")]
+    weights: Annotated[str, Field(description="HF repo id or path for vllm serve")]
+    dtype: Annotated[Literal["auto", "float16", "bfloat16"], Field(description="requested dtype")]
+    dtype_bytes: Annotated[int, Field(description="bytes per weight/KV element")] = 2
+    arch: ModelArch
+    max_model_len: Annotated[int, Field(gt=0, description="--max-model-len")]
+
+
+class Workload(Frozen):
+    name: str
+    model: str
+    input_tokens: float
+    output_tokens: float
+    demand: Annotated[float, Field(gt=0, description="lambda_w: req/s (rate), requests (f_w) or share; ratios matter")]
+    demand_kind: Literal["rate", "requests", "share"]
+    rate: float | None = None
+    ttft_slo: float | None = None
+    tpot_slo: float | None = None
+    match: dict = Field(default_factory=dict, description="router class rule (ClassMatch fields)")
+
+
+class Offer(Frozen):
+    id: Annotated[str, Field(description="'<region>/<gpu>'")]
+    region: str
+    cloud: str
+    gpu: str
+    gpus_per_node: int
+    max_nodes: int
+    owned_nodes: int
+    price_per_gpu_s: Annotated[float, Field(ge=0, description="$ per GPU-second")]
+    spot: bool = False
+
+    @property
+    def max_gpus(self) -> int:
+        return self.max_nodes * self.gpus_per_node
+
+
+class Link(Frozen):
+    a: str
+    b: str
+    bandwidth: Annotated[float, Field(gt=0, description="bytes/s")]
+    latency: Annotated[float, Field(ge=0, description="seconds")]
+
+
+class MeasuredShape(Frozen):
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    throughput: tuple[tuple[str, float], ...] = ()
+    kv_capacity_tokens: int | None = None
+    prefill_tokens_per_s: float | None = None
+    decode_tokens_per_s: float | None = None
+    source: str = "measured"
+
+
+class Engine(Frozen):
+    image: str
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    port: int
+    router_port: int
+    disk_size: int
+
+
+class SolverConfig(Frozen):
+    time_limit_s: float
+    mip_gap: float
+    threads: int
+    seed: int
+
+
+# ---- pass products --------------------------------------------------------------------------
+
+
+class PerfEntry(Frozen):
+    """profile: what one node of `gpu` with TP `tp` can do for `model` (analytic or measured)."""
+
+    model: str
+    gpu: str
+    tp: int
+    usable_bytes: Annotated[float, Field(description="memory for weights+KV on the node (all tp GPUs)")]
+    layer_bytes: Annotated[float, Field(description="weights of one decoder layer")]
+    embed_bytes: Annotated[float, Field(description="embedding weights (first stage)")]
+    head_bytes: Annotated[float, Field(description="lm_head + final norm weights (last stage)")]
+    kv_bytes_per_token_layer: Annotated[float, Field(description="K+V bytes for one token in one layer")]
+    max_layers: Annotated[int, Field(description="layers a middle stage holds with KV for one max-length sequence")]
+
+
+class Stage(Frozen):
+    node: Annotated[str, Field(description="node id")]
+    gpu: str
+    region: str
+    tp: int
+    layer_start: int
+    layer_end: Annotated[int, Field(description="exclusive")]
+
+    @property
+    def layers(self) -> int:
+        return self.layer_end - self.layer_start
+
+
+class ShapeEstimate(Frozen):
+    """Capacity of one replica shape (003's config c): a chain of `pp` same-type nodes."""
+
+    kv_capacity_tokens: int
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    throughput_rps: tuple[tuple[str, float], ...] = Field(description="h_{c,w}: requests/s per workload")
+    concurrency: tuple[tuple[str, float], ...] = Field(description="C per workload (KV minimum, max_num_seqs)")
+    binding: tuple[tuple[str, str], ...] = Field(description="which term bounds capacity per workload")
+    ttft_s: tuple[tuple[str, float], ...] = ()
+    tpot_s: tuple[tuple[str, float], ...] = ()
+    source: Literal["analytic", "measured"] = "analytic"
+
+
+class Shape(Frozen):
+    id: Annotated[str, Field(description="model|offer|tp|pp")]
+    model: str
+    offer: str
+    gpu: str
+    region: str
+    tp: int
+    pp: int
+    partition: tuple[int, ...] = Field(description="layers per stage (VLLM_PP_LAYER_PARTITION)")
+    price_per_s: float
+    estimate: ShapeEstimate
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+
+class Composition(Frozen):
+    """compose: how many replicas of each shape, and what share of each workload they take."""
+
+    counts: tuple[tuple[str, int], ...] = Field(description="shape id -> y_c")
+    rates: tuple[tuple[str, str, float], ...] = Field(description="(shape, workload, req/s over all copies)")
+    scale: Annotated[float, Field(description="theta: multiple of the demand mix served")]
+    objective: str
+    binding: tuple[str, ...] = Field(description="constraints that bind the plan, in words")
+
+
+class Node(Frozen):
+    id: str
+    offer: str
+    region: str
+    cloud: str
+    gpu: str
+    gpus: int
+    price_per_s: float
+    owned: bool = False
+
+
+class Replica(Frozen):
+    id: str
+    model: str
+    shape: str
+    stages: tuple[Stage, ...]
+    dtype: Literal["float16", "bfloat16"]
+    estimate: ShapeEstimate
+    mixed: bool = False
+
+
+class PassReport(Frozen):
+    name: str
+    status: str
+    time_s: float
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    notes: tuple[str, ...] = ()
+
+
+class Problem(Frozen):
+    name: str
+    spec_hash: str
+    spec_file: str = ""
+    models: tuple[Model, ...]
+    workloads: tuple[Workload, ...]
+    gpus: tuple[GpuType, ...]
+    offers: tuple[Offer, ...]
+    links: tuple[Link, ...]
+    budget_per_s: float | None
+    objective: Literal["max-throughput", "min-cost", "max-throughput-per-dollar", "min-makespan"]
+    solver: SolverConfig
+    engine: Engine
+    measured: tuple[MeasuredShape, ...] = ()
+    # pass products
+    perf: tuple[PerfEntry, ...] | None = None
+    shapes: tuple[Shape, ...] | None = None
+    composition: Composition | None = None
+    nodes: tuple[Node, ...] | None = None
+    replicas: tuple[Replica, ...] | None = None
+    routing: RoutingTable | None = None
+    reports: tuple[PassReport, ...] = ()
+
+    def model(self, name: str) -> Model:
+        return next(m for m in self.models if m.name == name)
+
+    def gpu(self, name: str) -> GpuType:
+        return next(g for g in self.gpus if g.name == name)
+
+    def offer(self, oid: str) -> Offer:
+        return next(o for o in self.offers if o.id == oid)
+
+    def shape(self, sid: str) -> Shape:
+        return next(s for s in (self.shapes or ()) if s.id == sid)

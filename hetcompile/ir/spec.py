@@ -1,0 +1,222 @@
+"""The user-facing spec: pydantic models of `spec.yaml`, lenient units, strict keys.
+
+This is the contract of DESIGN.md §Spec. Values are read leniently ("80GB", "$2.99/h",
+"10Gbps", "150ms", "4/s", "1%") and stored as SI numbers (bytes, $/h for prices, bytes/s,
+seconds, 1/s, fractions), so a unit mistake is reported at the field that holds it. Unknown
+keys are errors (extra="forbid"); the loader adds line/column and a did-you-mean.
+`schemas/spec.schema.json` is generated from these models (`hetcompile schema`).
+
+Prices: an offer's `price` is dollars per GPU-hour (as in seed 003, p_n); the budget is dollars
+per hour for the whole plan.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from hetcompile.ir import units
+
+_UNIT_SCHEMA = {"anyOf": [{"type": "number"}, {"type": "string"}]}
+
+
+def _unit(parser, example: str):
+    def check(v: Any) -> float:
+        return parser(v)
+
+    return [BeforeValidator(check), WithJsonSchema({**_UNIT_SCHEMA, "examples": [example]})]
+
+
+Bytes = Annotated[float, *_unit(units.parse_bytes, "80GB")]
+Bandwidth = Annotated[float, *_unit(units.parse_bandwidth, "10Gbps")]
+Duration = Annotated[float, *_unit(units.parse_duration, "150ms")]
+PricePerHour = Annotated[float, *_unit(units.parse_price_per_hour, "$2.99/h")]
+Rate = Annotated[float, *_unit(units.parse_rate, "4/s")]
+Fraction = Annotated[float, *_unit(units.parse_fraction, "1%")]
+
+Objective = Literal["max-throughput", "min-cost", "max-throughput-per-dollar", "min-makespan"]
+Dtype = Literal["auto", "fp16", "bf16", "float16", "bfloat16"]
+Cloud = Literal[
+    "aws", "gcp", "azure", "lambda", "runpod", "vast", "oci", "nebius", "fluidstack", "paperspace",
+    "cudo", "do", "kubernetes", "ssh",
+]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ArchitectureSpec(_Spec):
+    """Transformer shape of a model not in the catalog (Hugging Face config.json names in comments)."""
+
+    layers: Annotated[int, Field(gt=0, description="num_hidden_layers")]
+    hidden: Annotated[int, Field(gt=0, description="hidden_size")]
+    intermediate: Annotated[int, Field(gt=0, description="intermediate_size (gated MLP)")]
+    heads: Annotated[int, Field(gt=0, description="num_attention_heads")]
+    kv_heads: Annotated[int, Field(gt=0, description="num_key_value_heads")]
+    head_dim: Annotated[int | None, Field(default=None, gt=0, description="head_dim (default hidden/heads)")] = None
+    vocab: Annotated[int, Field(gt=0, description="vocab_size")]
+    max_context: Annotated[int, Field(default=4096, gt=0, description="max_position_embeddings")] = 4096
+    tie_embeddings: Annotated[bool, Field(default=False, description="tie_word_embeddings")] = False
+
+
+class ModelSpec(_Spec):
+    name: Annotated[str, Field(description="catalog id (e.g. llama-3.1-8b) or a new name with `architecture`")]
+    weights: Annotated[
+        str | None, Field(default=None, description="Hugging Face repo id or local path vLLM loads (default: catalog)")
+    ] = None
+    dtype: Annotated[Dtype, Field(default="auto", description="auto picks bf16, or fp16 when a pre-Ampere GPU serves it")] = "auto"
+    architecture: Annotated[
+        ArchitectureSpec | None, Field(default=None, description="shape of a model that is not in the catalog")
+    ] = None
+    served_name: Annotated[str | None, Field(default=None, description="name clients send (default: `name`)")] = None
+    max_model_len: Annotated[
+        int | None, Field(default=None, gt=0, description="vLLM --max-model-len (default: fits the largest workload)")
+    ] = None
+
+
+class SloSpec(_Spec):
+    ttft: Annotated[Duration | None, Field(default=None, description="time to first token target")] = None
+    tpot: Annotated[Duration | None, Field(default=None, description="time per output token target")] = None
+
+
+class HeaderMatchSpec(_Spec):
+    name: Annotated[str, Field(description="HTTP header name")]
+    value: Annotated[str, Field(description="header value that selects this workload")]
+
+
+class MatchSpec(_Spec):
+    """How the router recognises this workload's requests (default: derived from token means)."""
+
+    prompt_tokens_min: Annotated[int | None, Field(default=None, ge=0, description="prompt tokens >= this")] = None
+    prompt_tokens_max: Annotated[int | None, Field(default=None, gt=0, description="prompt tokens < this")] = None
+    max_tokens_min: Annotated[int | None, Field(default=None, ge=0, description="max_tokens >= this")] = None
+    max_tokens_max: Annotated[int | None, Field(default=None, gt=0, description="max_tokens < this")] = None
+    header: Annotated[HeaderMatchSpec | None, Field(default=None, description="header that selects it")] = None
+
+
+class WorkloadSpec(_Spec):
+    name: Annotated[str, Field(description="workload class name")]
+    model: Annotated[str, Field(description="name of a model in `models`")]
+    input_tokens: Annotated[int, Field(gt=0, description="mean prompt tokens")]
+    output_tokens: Annotated[int, Field(gt=0, description="mean output tokens")]
+    rate: Annotated[Rate | None, Field(default=None, description="arrival rate, e.g. 4/s (min-cost needs it)")] = None
+    requests: Annotated[
+        float | None, Field(default=None, gt=0, description="total requests f_w (min-makespan, seed 003 §4.3)")
+    ] = None
+    share: Annotated[
+        Fraction | None, Field(default=None, description="share of the traffic mix when no rate is given")
+    ] = None
+    slo: Annotated[SloSpec | None, Field(default=None, description="latency targets (reported)")] = None
+    match: Annotated[MatchSpec | None, Field(default=None, description="router classification rule")] = None
+
+
+class OfferSpec(_Spec):
+    gpu: Annotated[str, Field(description="GPU type: catalog id or one defined under `gpus`")]
+    gpus_per_node: Annotated[int, Field(default=1, gt=0, description="GPUs in one node (TP stays inside a node)")] = 1
+    max_nodes: Annotated[int, Field(gt=0, description="nodes available (availability a_n = max_nodes x gpus_per_node)")]
+    price: Annotated[
+        PricePerHour | None, Field(default=None, description="$ per GPU-hour (default: catalog price)")
+    ] = None
+    owned: Annotated[int, Field(default=0, ge=0, description="nodes already owned (cost 0); <= max_nodes")] = 0
+    spot: Annotated[bool, Field(default=False, description="rent as spot instances")] = False
+
+
+class RegionSpec(_Spec):
+    name: Annotated[str, Field(description="region name, e.g. us-central1")]
+    cloud: Annotated[Cloud, Field(description="cloud, or kubernetes / ssh for owned fleets")]
+    offers: Annotated[tuple[OfferSpec, ...], Field(min_length=1, description="GPUs that can be had here")]
+
+
+class LinkSpec(_Spec):
+    bandwidth: Annotated[Bandwidth, Field(description="e.g. 10Gbps")]
+    latency: Annotated[Duration, Field(description="one-way latency, e.g. 1ms")]
+
+
+class RegionLinkSpec(_Spec):
+    between: Annotated[tuple[str, str], Field(description="two region names")]
+    bandwidth: Annotated[Bandwidth, Field(description="e.g. 196Mbps")]
+    latency: Annotated[Duration, Field(description="one-way latency, e.g. 100ms")]
+
+
+class NetworkSpec(_Spec):
+    intra_region: Annotated[
+        LinkSpec, Field(default_factory=lambda: LinkSpec(bandwidth=10e9 / 8, latency=1e-3), description="default 10Gbps, 1ms")
+    ]
+    inter_region: Annotated[
+        LinkSpec, Field(default_factory=lambda: LinkSpec(bandwidth=1e9 / 8, latency=50e-3), description="default 1Gbps, 50ms")
+    ]
+    links: Annotated[tuple[RegionLinkSpec, ...], Field(default=(), description="per region pair overrides")] = ()
+
+
+class SolverSpec(_Spec):
+    time_limit: Annotated[Duration, Field(default=60.0, description="per solve, e.g. 60s")] = 60.0
+    mip_gap: Annotated[Fraction, Field(default=1e-4, description="relative MIP gap to stop at, e.g. 1%")] = 1e-4
+    threads: Annotated[int, Field(default=1, gt=0, description="solver threads (1 keeps runs reproducible)")] = 1
+    seed: Annotated[int, Field(default=0, ge=0, description="solver random seed")] = 0
+
+
+class EngineSpec(_Spec):
+    """vLLM settings shared by every replica."""
+
+    image: Annotated[
+        str, Field(default="docker:vllm/vllm-openai:v0.33.0", description="SkyPilot image_id for GPU nodes")
+    ] = "docker:vllm/vllm-openai:v0.33.0"
+    gpu_memory_utilization: Annotated[
+        float, Field(default=0.92, gt=0, le=1, description="vLLM --gpu-memory-utilization (0.33 default 0.92)")
+    ] = 0.92
+    max_num_seqs: Annotated[int, Field(default=256, gt=0, description="vLLM --max-num-seqs")] = 256
+    port: Annotated[int, Field(default=8000, gt=0, lt=65536, description="port each replica head serves on")] = 8000
+    router_port: Annotated[int, Field(default=8080, gt=0, lt=65536, description="port of the bundled router")] = 8080
+    disk_size: Annotated[int, Field(default=256, gt=0, description="GB of disk per node")] = 256
+
+
+class GpuSpec(_Spec):
+    """A GPU type that is not in the catalog (or overrides a catalog entry)."""
+
+    name: Annotated[str, Field(description="GPU type id")]
+    memory: Annotated[Bytes, Field(description="memory per GPU, e.g. 24GB")]
+    fp16_tflops: Annotated[float, Field(gt=0, description="dense FP16 tensor TFLOPS")]
+    bandwidth: Annotated[Bandwidth, Field(description="memory bandwidth, e.g. 900GB/s")]
+    bf16: Annotated[bool, Field(default=True, description="supports bfloat16")] = True
+    price: Annotated[PricePerHour | None, Field(default=None, description="default $ per GPU-hour")] = None
+    sky_name: Annotated[str | None, Field(default=None, description="SkyPilot accelerator name (default: name)")] = None
+    interconnect: Annotated[
+        Bandwidth | None, Field(default=None, description="GPU-GPU bandwidth inside a node (default PCIe 4: 32GB/s)")
+    ] = None
+
+
+class MeasuredProfile(_Spec):
+    """Measured numbers for one replica shape that override the analytic model (seed 003 App. C)."""
+
+    model: Annotated[str, Field(description="model name")]
+    gpu: Annotated[str, Field(description="GPU type")]
+    tp: Annotated[int, Field(default=1, gt=0, description="tensor-parallel size per node")] = 1
+    pp: Annotated[int, Field(default=1, gt=0, description="pipeline stages (nodes)")] = 1
+    throughput: Annotated[
+        dict[str, Rate], Field(default_factory=dict, description="requests/s per workload name, e.g. {chat: 2.4/s}")
+    ]
+    kv_capacity_tokens: Annotated[int | None, Field(default=None, gt=0, description="measured KV tokens")] = None
+    prefill_tokens_per_s: Annotated[float | None, Field(default=None, gt=0, description="measured prompt tokens/s")] = None
+    decode_tokens_per_s: Annotated[float | None, Field(default=None, gt=0, description="measured output tokens/s")] = None
+    source: Annotated[str, Field(default="measured", description="where the numbers come from")] = "measured"
+
+
+class Spec(_Spec):
+    """A hetcompile spec: what to serve, on what, within what budget."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="plan name (lowercase, digits, '-')")]
+    models: Annotated[tuple[ModelSpec, ...], Field(min_length=1, description="LLMs to serve")]
+    workloads: Annotated[tuple[WorkloadSpec, ...], Field(min_length=1, description="workload classes")]
+    regions: Annotated[tuple[RegionSpec, ...], Field(min_length=1, description="where GPUs can be had")]
+    network: Annotated[NetworkSpec, Field(default_factory=NetworkSpec, description="links between nodes")]
+    budget: Annotated[PricePerHour | None, Field(default=None, description="$ per hour for the whole plan")] = None
+    objective: Annotated[Objective, Field(default="max-throughput", description="what to optimize")] = "max-throughput"
+    solver: Annotated[SolverSpec, Field(default_factory=SolverSpec, description="solver settings")]
+    engine: Annotated[EngineSpec, Field(default_factory=EngineSpec, description="vLLM settings")]
+    gpus: Annotated[tuple[GpuSpec, ...], Field(default=(), description="extra GPU types")] = ()
+    profiles: Annotated[
+        tuple[str | MeasuredProfile, ...],
+        Field(default=(), description="measured profiles: inline, or YAML files (a list of profiles) relative to the spec"),
+    ] = ()

@@ -1,0 +1,20 @@
+"""The pass pipeline: registry and the literal default order (DESIGN.md §Data flow)."""
+
+from __future__ import annotations
+
+from hetcompile.passes.base import Pass
+from hetcompile.passes.compose import Compose
+from hetcompile.passes.parallelize import Parallelize
+from hetcompile.passes.place import Place
+from hetcompile.passes.profile import Profile
+from hetcompile.passes.prune import Prune
+from hetcompile.passes.route import Route
+
+
+def get_all_passes() -> dict[str, type[Pass]]:
+    """Every pass by name (a test checks each key equals the pass's `name`)."""
+    return {p.name: p for p in (Profile, Compose, Prune, Place, Parallelize, Route)}
+
+
+def default_pipeline() -> tuple[Pass, ...]:
+    return (Profile(), Compose(), Prune(), Place(), Parallelize(), Route())

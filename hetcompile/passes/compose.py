@@ -1,0 +1,199 @@
+"""compose: GPU composition, replica shapes and workload fractions under budget and availability.
+
+Builds `ComposeTables` from the profiled shapes, explains up front what makes a spec infeasible
+(no shape fits a model, budget below the cheapest replica), solves the MILP of
+`compose_model` with the objective the spec asks for, and records the answer as a `Composition`
+with the constraints that bind, in words. Objectives:
+  max-throughput / min-makespan   max theta, then (second solve) the cheapest plan with that theta
+  min-cost                        min $/h with theta = 1 (every workload's rate met)
+  max-throughput-per-dollar       Dinkelbach: max theta - q cost, q <- theta/cost until no gain
+"""
+
+from __future__ import annotations
+
+from hetcompile.ir.errors import InfeasibleError
+from hetcompile.ir.problem import Composition, PassReport, Problem
+from hetcompile.passes.base import Pass, PassContext
+from hetcompile.passes.compose_model import (
+    ComposeSolution,
+    ComposeTables,
+    build_model,
+    extract,
+    solution_cost,
+)
+from hetcompile.passes.solve import SolveResult, SolverOptions, solve
+
+THETA_KEEP = 1 - 1e-6  # second stage keeps theta within this factor of the first stage's
+
+
+def tables(ir: Problem) -> ComposeTables:
+    shapes = ir.shapes or ()
+    h = {}
+    for s in shapes:
+        for w, v in s.estimate.throughput_rps:
+            if v > 0:
+                h[(s.id, w)] = v
+    return ComposeTables(
+        shapes=tuple(s.id for s in shapes),
+        workloads=tuple(w.name for w in ir.workloads),
+        offers=tuple(o.id for o in ir.offers),
+        shape_offer={s.id: s.offer for s in shapes},
+        shape_gpus={s.id: s.gpus for s in shapes},
+        h=h,
+        demand={w.name: w.demand for w in ir.workloads},
+        avail={o.id: o.max_gpus for o in ir.offers},
+        owned={o.id: o.owned_nodes * o.gpus_per_node for o in ir.offers},
+        price={o.id: o.price_per_gpu_s for o in ir.offers},
+        budget=ir.budget_per_s,
+    )
+
+
+def _per_h(x: float) -> str:
+    return f"${x * 3600:.2f}/h"
+
+
+def explain_unfit_model(ir: Problem, model: str) -> str:
+    """Why no offered node set can hold `model`: the best each offer can do."""
+    m = ir.model(model)
+    weights = sum([m.arch.layers * next(e for e in ir.perf if e.model == model).layer_bytes])
+    lines = []
+    for o in ir.offers:
+        best = max((e for e in ir.perf if e.model == model and e.gpu == o.gpu and e.tp <= o.gpus_per_node), key=lambda e: e.max_layers)
+        nodes = o.max_gpus // best.tp
+        if best.max_layers == 0:
+            why = (
+                f"one layer ({best.layer_bytes / 1e9:.1f} GB) plus KV for one {m.max_model_len}-token sequence does not fit "
+                f"in {best.usable_bytes / 1e9:.1f} GB usable on {best.tp}x {o.gpu}"
+            )
+        else:
+            need = -(-m.arch.layers // best.max_layers)
+            why = (
+                f"{best.tp}x {o.gpu} holds at most {best.max_layers} of {m.arch.layers} layers per node, "
+                f"so a replica needs {need} nodes but {nodes} can be had"
+            )
+        lines.append(f"  - {o.id}: {why}")
+    return (
+        f"no offered GPUs can serve {model} ({weights / 1e9:.0f} GB of weights at {m.dtype_bytes} bytes/param, "
+        f"max_model_len {m.max_model_len}):\n" + "\n".join(lines)
+    )
+
+
+def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
+    for m in ir.models:
+        mine = [s for s in ir.shapes or () if s.model == m.name]
+        if not mine:
+            raise InfeasibleError(
+                explain_unfit_model(ir, m.name),
+                hint="offer GPUs with more memory, more nodes of one type (pipeline parallelism), "
+                "a larger gpus_per_node (tensor parallelism), or lower the model's max_model_len",
+            )
+        if t.budget is not None:
+            cheapest = min(mine, key=lambda s: (solution_cost({s.id: 1}, t), s.id))
+            price = solution_cost({cheapest.id: 1}, t)
+            if price > t.budget * (1 + 1e-9):
+                raise InfeasibleError(
+                    f"budget {_per_h(t.budget)} is below the cheapest replica of {m.name}: "
+                    f"{cheapest.tp * cheapest.pp}x {cheapest.gpu} in {cheapest.region} "
+                    f"(tp={cheapest.tp}, pp={cheapest.pp}) at {_per_h(price)}",
+                    hint=f"raise `budget` to at least {_per_h(price)} or offer cheaper GPUs",
+                )
+
+
+def _solve(t: ComposeTables, opts: SolverOptions, name: str, objective: str, **kw) -> tuple[SolveResult, ComposeSolution | None]:
+    model = build_model(t, objective, **kw)
+    res = solve(model, opts, name=name)
+    if not res.has_solution:
+        return res, None
+    fixed = objective == "cost" and kw.get("theta_min") is None
+    return res, extract(model, t, fixed_theta=fixed)
+
+
+def _max_theta(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[SolveResult, ComposeSolution]:
+    res, sol = _solve(t, opts, "compose/max-theta", "theta")
+    if sol is None:
+        raise InfeasibleError(f"the composition MILP found no plan ({res.status})", hint="see `hetcompile validate` output")
+    if sol.theta <= 0:
+        raise InfeasibleError("no replica can be afforded and placed: the plan would serve nothing")
+    # second stage: the cheapest plan that keeps theta (ties in theta otherwise pick arbitrary extras)
+    res2, sol2 = _solve(t, opts, "compose/min-cost-at-theta", "cost", theta_min=sol.theta * THETA_KEEP)
+    return res, (sol2 if sol2 is not None else sol)
+
+
+def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[SolveResult, ComposeSolution, list[str]]:
+    res, sol = _max_theta(ir, t, opts)
+    notes = []
+    for it in range(12):
+        if sol.cost <= 0:
+            break
+        q = sol.theta / sol.cost
+        r2, s2 = _solve(t, opts, f"compose/dinkelbach-{it}", "dinkelbach", q=q)
+        if s2 is None or s2.cost <= 0 or s2.theta / s2.cost <= q * (1 + 1e-9):
+            notes.append(f"dinkelbach converged after {it + 1} solves at {q * 3600:.4g} x demand per $/h")
+            break
+        res, sol = r2, s2
+    return res, sol, notes
+
+
+def binding_constraints(ir: Problem, t: ComposeTables, sol: ComposeSolution) -> tuple[str, ...]:
+    """Constraints that stop the plan from growing, in words (integer slack < one more replica)."""
+    out = []
+    used_shapes = [c for c, n in sol.y.items() if n > 0]
+    if t.budget is not None:
+        left = t.budget - sol.cost
+        add = [solution_cost({**sol.y, c: sol.y[c] + 1}, t) - sol.cost for c in t.shapes]
+        fits = [a for a, c in zip(add, t.shapes) if a <= left + 1e-12 and _fits_avail(t, sol.y, c)]
+        if not fits:
+            out.append(f"budget: {_per_h(sol.cost)} of {_per_h(t.budget)} used; no further replica fits in {_per_h(left)}")
+    for o in t.offers:
+        used = sum(t.shape_gpus[c] * n for c, n in sol.y.items() if t.shape_offer[c] == o)
+        smallest = min((t.shape_gpus[c] for c in used_shapes if t.shape_offer[c] == o), default=None)
+        if smallest is not None and t.avail[o] - used < smallest:
+            out.append(f"availability: {o} uses {used} of {t.avail[o]} GPUs")
+    if ir.objective == "min-cost":
+        out.append("demand: every workload rate is met at least cost")
+    return tuple(out)
+
+
+def _fits_avail(t: ComposeTables, y: dict[str, int], c: str) -> bool:
+    o = t.shape_offer[c]
+    used = sum(t.shape_gpus[s] * n for s, n in y.items() if t.shape_offer[s] == o)
+    return used + t.shape_gpus[c] <= t.avail[o]
+
+
+class Compose(Pass):
+    name = "compose"
+    requires = ("shapes",)
+    provides = "composition"
+
+    def run(self, ir: Problem, ctx: PassContext) -> Problem:
+        t = tables(ir)
+        check_feasible_inputs(ir, t)
+        notes: list[str] = [f"{len(t.shapes)} candidate shapes, {len(t.offers)} offers, {len(t.workloads)} workloads"]
+        if ir.objective == "min-cost":
+            res, sol = _solve(t, ctx.solver, "compose/min-cost", "cost")
+            if sol is None:
+                best_res, best = _max_theta(ir, t, ctx.solver) if res.status == "infeasible" else (res, None)
+                if best is not None:
+                    raise InfeasibleError(
+                        f"the workload rates cannot be met: the best plan within budget and availability serves "
+                        f"{best.theta:.3g}x the demanded rates",
+                        hint="raise `budget`, offer more GPUs, or lower the workload rates",
+                    )
+                raise InfeasibleError(f"the composition MILP found no plan ({res.status})")
+        elif ir.objective == "max-throughput-per-dollar":
+            res, sol, more = _dinkelbach(ir, t, ctx.solver)
+            notes += more
+        else:
+            res, sol = _max_theta(ir, t, ctx.solver)
+        comp = Composition(
+            counts=tuple((c, n) for c, n in sorted(sol.y.items()) if n > 0),
+            rates=tuple((c, w, round(v, 9)) for (c, w), v in sorted(sol.r.items()) if v > 1e-9 and sol.y[c] > 0),
+            scale=sol.theta,
+            objective=ir.objective,
+            binding=binding_constraints(ir, t, sol),
+        )
+        report = PassReport(
+            name=self.name, status=res.status, time_s=res.time_s, objective=res.objective, bound=res.bound, gap=res.gap,
+            notes=tuple(notes),
+        )
+        return ir.model_copy(update={"composition": comp, "reports": (*ir.reports, report)})

@@ -1,0 +1,143 @@
+"""The composition MILP (seed 003 §4.3, App. E), linearized, in Pyomo.
+
+Notation (seed 003 Table 2, plus what the linearization adds):
+    c in C      replica shapes (model m_c, offer o_c, TP t_c, PP depth d_c); gpus_c = t_c * d_c
+    w in W      workloads; W_m those of model m; lambda_w demand (req/s, or requests f_w, or share)
+    h_{c,w}     requests/s one replica of c serves of w (profile pass)
+    o in O      offers (region x GPU type x node size); a_o GPUs available, e_o owned, p_o $/GPU-s
+    y_c  in Z+  replicas of shape c                                          (003: y_c)
+    r_{c,w} >= 0  requests/s of w served by all copies of c      (003: x_{c,w} * f_w / T)
+    theta >= 0  multiple of the demand mix served                            (003: 1 / T)
+    g_o  >= 0   rented GPUs of offer o (GPUs used beyond the owned ones)
+
+003's makespan constraint sum_w x_{c,w} f_w / (y_c h_{c,w}) <= T is bilinear; with r = x f / T and
+theta = 1/T it becomes linear and exact:
+    (capacity)      sum_w r_{c,w} / h_{c,w} <= y_c                   for all c        (003 eq. 3, 4)
+    (coverage)      sum_{c: m_c = m_w} r_{c,w} = theta * lambda_w      for all w        (003 eq. 2)
+                    (min-cost fixes theta = 1: meet every rate)
+    (availability)  sum_{c: o_c = o} gpus_c * y_c <= a_o              for all o        (003 eq. 6)
+    (rented)        sum_{c: o_c = o} gpus_c * y_c - e_o <= g_o         for all o
+    (budget)        sum_o p_o * g_o <= B                                                (003 eq. 5)
+Objectives: max theta (max-throughput, min-makespan: T = 1/theta); min sum_o p_o g_o (min-cost);
+max theta - q * cost for Dinkelbach's method (max-throughput-per-dollar). One theta across models
+is App. E's shared makespan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyomo.environ as pyo
+
+
+@dataclass(frozen=True)
+class ComposeTables:
+    """Pure inputs of the MILP, indexed by sorted string ids."""
+
+    shapes: tuple[str, ...]
+    workloads: tuple[str, ...]
+    offers: tuple[str, ...]
+    shape_offer: dict[str, str]
+    shape_gpus: dict[str, int]
+    h: dict[tuple[str, str], float]  # (shape, workload) -> req/s, only for matching models
+    demand: dict[str, float]
+    avail: dict[str, int]
+    owned: dict[str, int]
+    price: dict[str, float]  # $/GPU-s
+    budget: float | None  # $/s
+
+
+def add_var_replicas(m: pyo.ConcreteModel, t: ComposeTables) -> None:
+    ub = {c: t.avail[t.shape_offer[c]] // t.shape_gpus[c] for c in t.shapes}
+    m.y = pyo.Var(m.C, domain=pyo.NonNegativeIntegers, bounds=lambda _, c: (0, ub[c]))
+    m.r = pyo.Var(m.CW, domain=pyo.NonNegativeReals)
+    m.theta = pyo.Var(domain=pyo.NonNegativeReals)
+    m.g = pyo.Var(m.O, domain=pyo.NonNegativeReals, bounds=lambda _, o: (0, max(0, t.avail[o] - t.owned[o])))
+
+
+def add_ineq_capacity(m: pyo.ConcreteModel, t: ComposeTables) -> None:
+    by_shape: dict[str, list[str]] = {}
+    for c, w in m.CW:
+        by_shape.setdefault(c, []).append(w)
+    m.ineq_capacity = pyo.Constraint(
+        m.C, rule=lambda m, c: sum(m.r[c, w] / t.h[c, w] for w in by_shape.get(c, [])) <= m.y[c]
+    )
+
+
+def add_eq_coverage(m: pyo.ConcreteModel, t: ComposeTables, fixed_theta: bool) -> None:
+    by_w: dict[str, list[str]] = {}
+    for c, w in m.CW:
+        by_w.setdefault(w, []).append(c)
+
+    def rule(m, w):
+        served = sum(m.r[c, w] for c in by_w.get(w, []))
+        return served == (1.0 if fixed_theta else m.theta) * t.demand[w]
+
+    m.eq_coverage = pyo.Constraint(m.W, rule=rule)
+
+
+def _gpus_used(m: pyo.ConcreteModel, t: ComposeTables, o: str):
+    return sum(t.shape_gpus[c] * m.y[c] for c in t.shapes if t.shape_offer[c] == o)
+
+
+def add_ineq_availability(m: pyo.ConcreteModel, t: ComposeTables) -> None:
+    m.ineq_availability = pyo.Constraint(m.O, rule=lambda m, o: _gpus_used(m, t, o) <= t.avail[o])
+    m.ineq_rented = pyo.Constraint(m.O, rule=lambda m, o: _gpus_used(m, t, o) - t.owned[o] <= m.g[o])
+
+
+def cost_expr(m: pyo.ConcreteModel, t: ComposeTables):
+    return sum(t.price[o] * m.g[o] for o in t.offers)
+
+
+def add_ineq_budget(m: pyo.ConcreteModel, t: ComposeTables) -> None:
+    if t.budget is not None:
+        m.ineq_budget = pyo.Constraint(expr=cost_expr(m, t) <= t.budget)
+
+
+def build_model(t: ComposeTables, objective: str, q: float = 0.0, theta_min: float | None = None) -> pyo.ConcreteModel:
+    """objective: 'theta' (max theta), 'cost' (min cost, theta fixed 1 unless theta_min given),
+    'dinkelbach' (max theta - q * cost)."""
+    m = pyo.ConcreteModel(name="compose")
+    m.C = pyo.Set(initialize=t.shapes, ordered=True)
+    m.W = pyo.Set(initialize=t.workloads, ordered=True)
+    m.O = pyo.Set(initialize=t.offers, ordered=True)
+    m.CW = pyo.Set(initialize=sorted(t.h), dimen=2, ordered=True)
+    add_var_replicas(m, t)
+    add_ineq_capacity(m, t)
+    add_eq_coverage(m, t, fixed_theta=(objective == "cost" and theta_min is None))
+    add_ineq_availability(m, t)
+    add_ineq_budget(m, t)
+    if theta_min is not None:
+        m.ineq_theta_min = pyo.Constraint(expr=m.theta >= theta_min)
+    if objective == "theta":
+        m.obj = pyo.Objective(expr=m.theta, sense=pyo.maximize)
+    elif objective == "cost":
+        m.obj = pyo.Objective(expr=cost_expr(m, t), sense=pyo.minimize)
+    elif objective == "dinkelbach":
+        m.obj = pyo.Objective(expr=m.theta - q * cost_expr(m, t), sense=pyo.maximize)
+    else:
+        raise ValueError(objective)
+    return m
+
+
+@dataclass(frozen=True)
+class ComposeSolution:
+    y: dict[str, int]
+    r: dict[tuple[str, str], float]
+    theta: float
+    cost: float  # $/s, from y (owned GPUs free)
+
+
+def extract(m: pyo.ConcreteModel, t: ComposeTables, fixed_theta: bool) -> ComposeSolution:
+    y = {c: int(round(pyo.value(m.y[c]))) for c in t.shapes}
+    r = {cw: max(0.0, float(pyo.value(m.r[cw]))) for cw in sorted(t.h)}
+    theta = 1.0 if fixed_theta else float(pyo.value(m.theta))
+    return ComposeSolution(y=y, r=r, theta=theta, cost=solution_cost(y, t))
+
+
+def solution_cost(y: dict[str, int], t: ComposeTables) -> float:
+    cost = 0.0
+    for o in t.offers:
+        used = sum(t.shape_gpus[c] * n for c, n in y.items() if t.shape_offer[c] == o)
+        cost += t.price[o] * max(0, used - t.owned[o])
+    return cost

@@ -1,0 +1,118 @@
+"""The one place hetcompile calls a solver: Pyomo model in, `SolveResult` out.
+
+Every optimization pass builds a Pyomo model with its own `build_model`, then calls `solve`.
+The wrapper fixes what makes runs reproducible (thread count, random seed), applies the time
+limit and relative MIP gap from the spec, and always reports incumbent, bound, gap and wall
+time -- also when time runs out, so a pass can state an honest gap instead of a silent bad plan.
+It never asserts on solver status: the caller decides what infeasibility means and raises a
+typed error that names the binding constraint.
+
+HiGHS (via highspy) is driven through Pyomo's APPSI interface, which exposes the incumbent
+and the dual bound after a time-limited MIP solve.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import pyomo.environ as pyo
+from pyomo.contrib.appsi.base import TerminationCondition
+from pyomo.contrib.appsi.solvers import Highs
+
+from hetcompile.ir.errors import SolverError
+
+Status = Literal["optimal", "feasible", "infeasible", "no-solution", "unbounded"]
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    """Solver settings; the spec's `solver:` block maps onto these."""
+
+    time_limit_s: float = 60.0
+    mip_gap: float = 1e-4
+    threads: int = 1
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """What a solve produced. `objective` is the incumbent (None without one)."""
+
+    name: str
+    status: Status
+    objective: float | None
+    bound: float | None
+    gap: float | None
+    time_s: float
+    sense: Literal["min", "max"]
+
+    @property
+    def has_solution(self) -> bool:
+        return self.status in ("optimal", "feasible")
+
+
+def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    """|bound - incumbent| / max(|incumbent|, 1e-9): HiGHS's own definition of the MIP gap."""
+    if objective is None or bound is None or not math.isfinite(bound):
+        return None
+    return abs(bound - objective) / max(abs(objective), 1e-9)
+
+
+def _sense(model: pyo.ConcreteModel) -> Literal["min", "max"]:
+    objs = list(model.component_data_objects(pyo.Objective, active=True))
+    if len(objs) != 1:
+        raise SolverError(f"model must have exactly one active objective, found {len(objs)}")
+    return "max" if objs[0].sense == pyo.maximize else "min"
+
+
+def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str) -> SolveResult:
+    """Solve `model` with HiGHS; load the incumbent into the model's variables when there is one."""
+    sense = _sense(model)
+    solver = Highs()
+    if not solver.available():
+        raise SolverError("HiGHS is not available: install highspy (`pip install highspy`)")
+    solver.config.time_limit = max(float(options.time_limit_s), 0.01)
+    solver.config.mip_gap = float(options.mip_gap)
+    solver.config.stream_solver = False
+    solver.config.load_solution = False
+    solver.highs_options = {"threads": int(options.threads), "random_seed": int(options.seed)}
+    start = time.perf_counter()
+    try:
+        res = solver.solve(model)
+    except Exception as exc:  # HiGHS/Pyomo internals: report as a solver error with the pass name
+        raise SolverError(f"{name}: HiGHS failed: {exc}") from exc
+    elapsed = time.perf_counter() - start
+
+    tc = res.termination_condition
+    objective = res.best_feasible_objective
+    bound = res.best_objective_bound
+    if objective is not None and not math.isfinite(objective):
+        objective = None
+    if tc == TerminationCondition.infeasible:
+        status: Status = "infeasible"
+    elif tc == TerminationCondition.unbounded:
+        status = "unbounded"
+    elif tc == TerminationCondition.infeasibleOrUnbounded:
+        status = "infeasible"
+    elif objective is None:
+        status = "no-solution"
+    elif tc == TerminationCondition.optimal:
+        status = "optimal"
+    else:
+        status = "feasible"
+    if status in ("optimal", "feasible"):
+        res.solution_loader.load_vars()
+    if bound is not None and not math.isfinite(bound):
+        bound = None
+    return SolveResult(
+        name=name,
+        status=status,
+        objective=objective,
+        bound=bound,
+        gap=relative_gap(objective, bound),
+        time_s=elapsed,
+        sense=sense,
+    )

@@ -1,0 +1,1 @@
+"""Performance knowledge: GPU and model catalogs, the analytic model, measured-profile import."""

@@ -1,0 +1,17 @@
+"""Generate `schemas/*.json` from the pydantic models (kept current by a test)."""
+
+from __future__ import annotations
+
+from hetcompile.backends.canon import dumps_json
+from hetcompile.ir.routing import RoutingTable
+from hetcompile.ir.spec import Spec
+
+
+def schemas() -> dict[str, str]:
+    spec = Spec.model_json_schema()
+    spec["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    spec["title"] = "hetcompile spec"
+    routing = RoutingTable.model_json_schema()
+    routing["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    routing["title"] = "hetcompile routing table"
+    return {"spec.schema.json": dumps_json(spec), "routing.schema.json": dumps_json(routing)}
