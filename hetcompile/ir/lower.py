@@ -246,6 +246,21 @@ def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: d
     return tuple(sorted(out, key=lambda m: (m.model, m.gpu, m.tp, m.pp)))
 
 
+def _spans(spec: Spec, smap: SourceMap, offers: tuple[Offer, ...]) -> tuple:
+    out = []
+
+    def add(key: str, span) -> None:
+        if span is not None:
+            out.append((key, span.file, span.line, span.col, span.text))
+
+    if spec.budget is not None:
+        add("budget", smap.value(("budget",)))
+    add("objective", smap.value(("objective",)))
+    for i, m in enumerate(spec.models):
+        add(f"model:{m.name}", smap.value(("models", i, "name")))
+    return tuple(sorted(out))
+
+
 def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
     user = _gpu_types(spec)
     models = _models(spec, smap)
@@ -273,6 +288,8 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
             port=e.port, router_port=e.router_port, disk_size=e.disk_size,
         ),
         measured=measured,
+        measured_only=spec.estimates == "measured-only",
+        spans=_spans(spec, smap, offers),
     )
 
 

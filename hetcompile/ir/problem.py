@@ -235,6 +235,10 @@ class Problem(Frozen):
     solver: SolverConfig
     engine: Engine
     measured: tuple[MeasuredShape, ...] = ()
+    measured_only: bool = False
+    spans: tuple[tuple[str, str, int, int, str], ...] = Field(
+        default=(), description="(key, file, line, col, text) of spec places later errors point at"
+    )
     # pass products
     perf: tuple[PerfEntry, ...] | None = None
     shapes: tuple[Shape, ...] | None = None
@@ -243,6 +247,15 @@ class Problem(Frozen):
     replicas: tuple[Replica, ...] | None = None
     routing: RoutingTable | None = None
     reports: tuple[PassReport, ...] = ()
+
+    def span(self, key: str):
+        """The spec Span recorded for `key` ('budget', 'model:<name>', 'offer:<id>'), or None."""
+        from hetcompile.ir.errors import Span
+
+        for k, file, line, col, text in self.spans:
+            if k == key:
+                return Span(file, line, col, text)
+        return None
 
     def model(self, name: str) -> Model:
         return next(m for m in self.models if m.name == name)

@@ -216,6 +216,10 @@ class Spec(_Spec):
     solver: Annotated[SolverSpec, Field(default_factory=SolverSpec, description="solver settings")]
     engine: Annotated[EngineSpec, Field(default_factory=EngineSpec, description="vLLM settings")]
     gpus: Annotated[tuple[GpuSpec, ...], Field(default=(), description="extra GPU types")] = ()
+    estimates: Annotated[
+        Literal["analytic", "measured-only"],
+        Field(default="analytic", description="measured-only: consider only replica shapes with a measured profile"),
+    ] = "analytic"
     profiles: Annotated[
         tuple[str | MeasuredProfile, ...],
         Field(default=(), description="measured profiles: inline, or YAML files (a list of profiles) relative to the spec"),

@@ -84,6 +84,7 @@ def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
         if not mine:
             raise InfeasibleError(
                 explain_unfit_model(ir, m.name),
+                ir.span(f"model:{m.name}"),
                 hint="offer GPUs with more memory, more nodes of one type (pipeline parallelism), "
                 "a larger gpus_per_node (tensor parallelism), or lower the model's max_model_len",
             )
@@ -95,6 +96,7 @@ def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
                     f"budget {_per_h(t.budget)} is below the cheapest replica of {m.name}: "
                     f"{cheapest.tp * cheapest.pp}x {cheapest.gpu} in {cheapest.region} "
                     f"(tp={cheapest.tp}, pp={cheapest.pp}) at {_per_h(price)}",
+                    ir.span("budget"),
                     hint=f"raise `budget` to at least {_per_h(price)} or offer cheaper GPUs",
                 )
 
@@ -177,6 +179,7 @@ class Compose(Pass):
                     raise InfeasibleError(
                         f"the workload rates cannot be met: the best plan within budget and availability serves "
                         f"{best.theta:.3g}x the demanded rates",
+                        ir.span("budget") or ir.span("objective"),
                         hint="raise `budget`, offer more GPUs, or lower the workload rates",
                     )
                 raise InfeasibleError(f"the composition MILP found no plan ({res.status})")

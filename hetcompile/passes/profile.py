@@ -107,7 +107,7 @@ def enumerate_shapes(ir: Problem, table: tuple[PerfEntry, ...]) -> tuple[Shape, 
                 max_nodes = o.max_gpus // t
                 measured = {(x.pp): x for x in ir.measured if x.model == m.name and x.gpu == o.gpu and x.tp == t}
                 depths = set(measured)
-                if e.max_layers > 0:
+                if e.max_layers > 0 and not ir.measured_only:
                     d_min = -(-L // e.max_layers)
                     depths |= set(range(d_min, d_min + EXTRA_DEPTH + 1))
                 for d in sorted(depths):

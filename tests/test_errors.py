@@ -1,0 +1,54 @@
+"""Bad input gives one clear paragraph with file:line:col and no traceback (golden messages)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetcompile.driver import compile_spec
+from hetcompile.ir.errors import HetcompileError
+
+from conftest import ROOT
+
+CASES = sorted(p.stem for p in (ROOT / "tests/golden/errors").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_error_message_golden(case: str, update_golden: bool) -> None:
+    spec = Path("tests/golden/errors") / f"{case}.yaml"
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with pytest.raises(HetcompileError) as info:
+            compile_spec(spec)
+    finally:
+        os.chdir(cwd)
+    message = str(info.value) + "\n"
+    golden = ROOT / "tests/golden/errors" / f"{case}.txt"
+    if update_golden:
+        golden.write_text(message)
+    assert message == golden.read_text()
+
+
+def test_cli_prints_no_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hetcompile.cli", "build", "tests/golden/errors/unknown_key.yaml", "-o", "/tmp/hc-never"],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "tests/golden/errors/unknown_key.yaml:9:5" in proc.stderr
+    assert "did you mean 'offers'" in proc.stderr
+
+
+def test_cli_debug_shows_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hetcompile.cli", "--debug", "build", "tests/golden/errors/unknown_key.yaml", "-o", "/tmp/hc-never"],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr

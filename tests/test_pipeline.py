@@ -1,0 +1,75 @@
+"""Pass registry, pipeline contracts, stop/dump-after, schemas kept current, perf-model sanity."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import ROOT
+from hetcompile.driver import compile_spec
+from hetcompile.ir.errors import PassError
+from hetcompile.passes import default_pipeline, get_all_passes
+from hetcompile.perf import analytic, catalog
+from hetcompile.schemas_gen import schemas
+
+QUICKSTART = ROOT / "examples/quickstart/spec.yaml"
+
+
+def test_registry_keys_are_pass_names():
+    for key, cls in get_all_passes().items():
+        assert key == cls.name
+    assert [p.name for p in default_pipeline()] == ["profile", "compose", "prune", "place", "parallelize", "route"]
+
+
+def test_stop_after_returns_partial_ir():
+    res = compile_spec(QUICKSTART, stop_after="compose")
+    assert res.stopped_after == "compose"
+    assert res.ir.composition is not None and res.ir.replicas is None
+
+
+def test_dump_after_keeps_ir_snapshots():
+    res = compile_spec(QUICKSTART, dump_after=("profile", "route"))
+    assert set(res.dumps) == {"profile", "route"}
+    assert res.dumps["profile"].shapes and res.dumps["profile"].composition is None
+
+
+def test_unknown_pass_name_is_an_error():
+    with pytest.raises(PassError, match="unknown pass"):
+        compile_spec(QUICKSTART, stop_after="optimize")
+
+
+def test_every_pass_reports():
+    res = compile_spec(QUICKSTART)
+    assert [r.name for r in res.ir.reports] == [p.name for p in default_pipeline()]
+    compose = next(r for r in res.ir.reports if r.name == "compose")
+    assert compose.status == "optimal" and compose.bound is not None and compose.gap is not None
+
+
+def test_schemas_are_current():
+    for name, text in schemas().items():
+        assert (ROOT / "schemas" / name).read_text() == text, f"schemas/{name} is stale: run `hetcompile schema`"
+
+
+def test_kv_is_minimum_over_stages_and_partition_balances_it():
+    _, _, arch = catalog.lookup_model("llama-3-70b")
+    gpu = catalog.lookup_gpu("L40S")
+    e = analytic.perf_entry("llama-3-70b", arch, 2, gpu, 2, 0.92, 4096)
+    part = analytic.balanced_partition(e, arch.layers, 2, 4096)
+    assert part is not None and sum(part) == arch.layers
+    kvs = [analytic.stage_kv_tokens(e, k, i == 0, i == 1) for i, k in enumerate(part)]
+    even = [analytic.stage_kv_tokens(e, arch.layers // 2, i == 0, i == 1) for i in range(2)]
+    assert min(kvs) >= min(even)
+
+
+def test_more_memory_more_concurrency_and_decode_is_memory_bound():
+    _, _, arch = catalog.lookup_model("llama-3.1-8b")
+    small, big = catalog.lookup_gpu("L4"), catalog.lookup_gpu("A100-80GB")
+    est = []
+    for g in (small, big):
+        e = analytic.perf_entry("m", arch, 2, g, 1, 0.92, 4096)
+        kv = analytic.stage_kv_tokens(e, arch.layers, True, True)
+        est.append(analytic.chain_estimate(arch, 2, [(g, 1, arch.layers, kv)], 0.0, 1e9, 500, 200, 256))
+    assert est[1].concurrency > est[0].concurrency
+    assert est[1].requests_per_s > est[0].requests_per_s
+    # decode of one sequence reads all weights: time >= weights / bandwidth
+    t = analytic.decode_step_time(arch, 2, small, 1, arch.layers, 1, 500)
+    assert t >= arch.layers * 2 * analytic.layer_params(arch) / small.mem_bw
