@@ -79,6 +79,13 @@ def explain_unfit_model(ir: Problem, model: str) -> str:
 
 
 def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
+    served = {w for (_, w) in t.h}
+    for w in ir.workloads:
+        if w.name not in served and ir.shapes and any(s.model == w.model for s in ir.shapes):
+            raise InfeasibleError(
+                f"no replica shape can serve workload {w.name!r}: every candidate of {w.model} has zero throughput for it",
+                hint="check the measured profiles (give this workload a throughput) or the workload's token counts",
+            )
     for m in ir.models:
         mine = [s for s in ir.shapes or () if s.model == m.name]
         if not mine:
@@ -195,8 +202,12 @@ class Compose(Pass):
             objective=ir.objective,
             binding=binding_constraints(ir, t, sol),
         )
+        # the model's theta is theta * sum(lambda) (compose_model: scaling); report theta itself
+        unit = 1.0 if ir.objective == "min-cost" else sum(t.demand.values())
         report = PassReport(
-            name=self.name, status=res.status, time_s=res.time_s, objective=res.objective, bound=res.bound, gap=res.gap,
+            name=self.name, status=res.status, time_s=res.time_s,
+            objective=None if res.objective is None else res.objective / unit,
+            bound=None if res.bound is None else res.bound / unit, gap=res.gap,
             notes=tuple(notes),
         )
         return ir.model_copy(update={"composition": comp, "reports": (*ir.reports, report)})

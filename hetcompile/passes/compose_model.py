@@ -21,6 +21,11 @@ theta = 1/T it becomes linear and exact:
 Objectives: max theta (max-throughput, min-makespan: T = 1/theta); min sum_o p_o g_o (min-cost);
 max theta - q * cost for Dinkelbach's method (max-throughput-per-dollar). One theta across models
 is App. E's shared makespan.
+
+Scaling: the model's theta variable is theta_hat = theta * sum_w lambda_w (coverage uses
+lambda_w / sum lambda), so it is the total served in demand units (req/s for rates) whatever
+the unit of lambda: with f_w = 10^7 requests, theta = 1/T would sit below HiGHS's tolerances.
+`extract` divides it back.
 """
 
 from __future__ import annotations
@@ -69,9 +74,14 @@ def add_eq_coverage(m: pyo.ConcreteModel, t: ComposeTables, fixed_theta: bool) -
     for c, w in m.CW:
         by_w.setdefault(w, []).append(c)
 
+    total = sum(t.demand.values())
+
     def rule(m, w):
-        served = sum(m.r[c, w] for c in by_w.get(w, []))
-        return served == (1.0 if fixed_theta else m.theta) * t.demand[w]
+        cs = by_w.get(w, [])
+        if not cs:  # nothing can serve w: only theta = 0 (or nothing, with theta fixed) is feasible
+            return pyo.Constraint.Infeasible if fixed_theta else m.theta == 0
+        served = sum(m.r[c, w] for c in cs)
+        return served == (t.demand[w] if fixed_theta else m.theta * (t.demand[w] / total))
 
     m.eq_coverage = pyo.Constraint(m.W, rule=rule)
 
@@ -108,13 +118,13 @@ def build_model(t: ComposeTables, objective: str, q: float = 0.0, theta_min: flo
     add_ineq_availability(m, t)
     add_ineq_budget(m, t)
     if theta_min is not None:
-        m.ineq_theta_min = pyo.Constraint(expr=m.theta >= theta_min)
+        m.ineq_theta_min = pyo.Constraint(expr=m.theta >= theta_min * sum(t.demand.values()))
     if objective == "theta":
         m.obj = pyo.Objective(expr=m.theta, sense=pyo.maximize)
     elif objective == "cost":
         m.obj = pyo.Objective(expr=cost_expr(m, t), sense=pyo.minimize)
     elif objective == "dinkelbach":
-        m.obj = pyo.Objective(expr=m.theta - q * cost_expr(m, t), sense=pyo.maximize)
+        m.obj = pyo.Objective(expr=m.theta - q * sum(t.demand.values()) * cost_expr(m, t), sense=pyo.maximize)
     else:
         raise ValueError(objective)
     return m
@@ -131,7 +141,7 @@ class ComposeSolution:
 def extract(m: pyo.ConcreteModel, t: ComposeTables, fixed_theta: bool) -> ComposeSolution:
     y = {c: int(round(pyo.value(m.y[c]))) for c in t.shapes}
     r = {cw: max(0.0, float(pyo.value(m.r[cw]))) for cw in sorted(t.h)}
-    theta = 1.0 if fixed_theta else float(pyo.value(m.theta))
+    theta = 1.0 if fixed_theta else float(pyo.value(m.theta)) / sum(t.demand.values())
     return ComposeSolution(y=y, r=r, theta=theta, cost=solution_cost(y, t))
 
 
