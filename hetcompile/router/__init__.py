@@ -1,0 +1,19 @@
+"""The bundled router: an OpenAI-compatible reverse proxy in front of a plan's vLLM replicas.
+
+It reads `OUT/router/routing.json` (`hetcompile.ir.routing.RoutingTable`) and picks a replica
+per request by the plan's policy: weighted (smooth WRR, Helix §5.1), kv-aware masking (Helix
+§5.2), workload-aware min-max (seed 004 Alg. 2), round-robin and least-outstanding.
+
+Modules: classify (request features, workload class), policies (the math and the pickers),
+state (per-replica counters), table (load and compile the table), health (polling),
+metrics (Prometheus text), proxy (the hot path), app (aiohttp app, reload, `serve`).
+
+Entry points: `serve(table, host, port, policy, auth_token, options=...)` blocks;
+`Router(table, ...)` with `await start()` / `await stop()` runs inside an event loop;
+`python -m hetcompile.router --table PATH`.
+"""
+
+from hetcompile.router.app import Router, RouterOptions, build_app, serve
+from hetcompile.router.table import RouterError
+
+__all__ = ["Router", "RouterError", "RouterOptions", "build_app", "serve"]

@@ -1,0 +1,330 @@
+"""The router process: the aiohttp application, its lifecycle, hot reload and `serve`.
+
+Surface:
+  POST /v1/completions, /v1/chat/completions   proxied (proxy.py); bearer auth when configured
+  GET  /v1/models                              the union of the table's models
+  GET  /health                                 the router itself (200 while it runs), with counts
+  GET  /metrics                                the router's Prometheus metrics (metrics.py)
+  POST /admin/reload                           re-read the table (also SIGHUP under `serve`)
+  GET  /admin/status                           per-replica state, for operators and tests
+
+A reload validates and compiles the new table first and then swaps one reference; requests
+already running keep the table snapshot and replica states they started with, so a reload
+drops nothing. A table that fails to load leaves the old one serving.
+
+Use `serve(...)` to run it (blocks), or in a test `async with Router(path) as r:` / `await
+r.start()` ... `await r.stop()`; `build_app(router)` gives the bare `web.Application`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from hetcompile.ir.routing import POLICIES
+from hetcompile.router.health import HealthMonitor
+from hetcompile.router.metrics import RouterMetrics
+from hetcompile.router.proxy import Proxy, error_response
+from hetcompile.router.table import RouteTable, RouterError, compile_table, load_table
+
+log = logging.getLogger("hetcompile.router")
+
+
+@dataclass(frozen=True)
+class RouterOptions:
+    """Tunables; the defaults are safe for production."""
+
+    max_body_bytes: int = 16 * 1024 * 1024  # request bodies above this get 413
+    connect_timeout: float = 5.0  # seconds to open an upstream connection
+    read_timeout: float = 600.0  # longest silence from an upstream (a stream's idle gap, or a whole non-streamed answer)
+    max_retries: int = 2  # extra attempts on other replicas, before the first byte only
+    retry_backoff: float = 0.05  # seconds; doubles per retry once every candidate was tried
+    health_interval: float = 1.0  # seconds between polls of /health and /metrics
+    health_timeout: float = 2.0
+    fail_threshold: int = 3  # consecutive failures that eject a replica
+    rise_threshold: int = 2  # consecutive successful polls that re-admit it
+    kv_high_water: float = 1.0  # kv-aware: mask when u_s + request/KV_s passes this
+    theta: float = 2.0  # min-max: w = T·exp(θ·kvusage), 004 uses θ = 2
+    upstream_keepalive: float = 4.0  # idle pooled connections are closed before vLLM's (uvicorn, 5 s) do
+    access_log: bool = False
+    shutdown_timeout: float = 30.0  # grace for in-flight requests on stop
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout", "read_timeout", "health_interval", "health_timeout", "kv_high_water", "theta"):
+            if getattr(self, name) <= 0:
+                raise RouterError(f"option {name} must be > 0, got {getattr(self, name)}")
+        if self.max_body_bytes < 1024:
+            raise RouterError("option max_body_bytes must be >= 1024")
+        if self.max_retries < 0 or self.fail_threshold < 1 or self.rise_threshold < 1:
+            raise RouterError("max_retries must be >= 0, fail_threshold and rise_threshold >= 1")
+
+
+class Router:
+    """A routing proxy over one routing table file. Loads the table at construction."""
+
+    def __init__(
+        self,
+        table: Path | str,
+        *,
+        policy: str | None = None,
+        auth_token: str | None = None,
+        options: RouterOptions | None = None,
+    ):
+        if policy is not None and policy not in POLICIES:
+            raise RouterError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        self.table_path = Path(table)
+        self.policy_override = policy
+        self.auth_token = auth_token or None
+        self.options = options or RouterOptions()
+        self.metrics = RouterMetrics(lambda: self.table.replicas.values())
+        self.table: RouteTable = self._compile(None)
+        self.session: aiohttp.ClientSession | None = None
+        self.health: HealthMonitor | None = None
+        self.app = build_app(self)
+        self._runner: web.AppRunner | None = None
+        self.host: str | None = None
+        self.port: int | None = None
+
+    # -- table -------------------------------------------------------------------------------
+
+    def _compile(self, previous) -> RouteTable:
+        o = self.options
+        t = compile_table(
+            load_table(self.table_path),
+            previous,
+            policy_override=self.policy_override,
+            high_water=o.kv_high_water,
+            theta=o.theta,
+        )
+        self.metrics.table_info.values = {(t.source.plan, t.source.spec_hash): 1.0}
+        return t
+
+    def reload_now(self) -> RouteTable:
+        """Re-read the table file and swap it in; raises `RouterError` and keeps the old one."""
+        try:
+            new = self._compile(self.table.replicas)
+        except RouterError:
+            self.metrics.reloads.inc(("error",))
+            raise
+        self.table = new  # the one switch: new requests see the new table from here on
+        if self.health is not None:
+            self.health.sync(list(new.replicas.values()))
+        self.metrics.reloads.inc(("ok",))
+        log.info("reloaded %s: %d models, %d replicas", self.table_path, len(new.models), len(new.replicas))
+        return new
+
+    async def reload(self) -> RouteTable:
+        return self.reload_now()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        o = self.options
+        connector = aiohttp.TCPConnector(
+            limit=0,  # no global cap: thousands of concurrent streams each hold a connection
+            limit_per_host=0,
+            keepalive_timeout=o.upstream_keepalive,
+            ttl_dns_cache=300,
+        )
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=o.connect_timeout, sock_connect=o.connect_timeout, sock_read=o.read_timeout
+            ),
+            auto_decompress=False,  # bytes pass through as the replica sent them
+            skip_auto_headers=("Accept-Encoding",),  # so the replica sends identity bodies
+            cookie_jar=aiohttp.DummyCookieJar(),  # one session serves every client: never keep cookies
+        )
+        self.health = HealthMonitor(
+            self.session,
+            interval=o.health_interval,
+            timeout=o.health_timeout,
+            fall=o.fail_threshold,
+            rise=o.rise_threshold,
+        )
+        self.health.sync(list(self.table.replicas.values()))
+
+    async def _close(self) -> None:
+        if self.health is not None:
+            await self.health.close()
+            self.health = None
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen on host:port (0 = an ephemeral port); returns the base URL."""
+        o = self.options
+        runner = web.AppRunner(
+            self.app,
+            handler_cancellation=True,  # a client disconnect cancels the handler, hence upstream
+            access_log=log if o.access_log else None,
+            shutdown_timeout=o.shutdown_timeout,
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.host = host
+        self.port = runner.addresses[0][1]
+        log.info("hetcompile router on %s (plan %s, %d replicas)", self.url, self.table.source.plan, len(self.table.replicas))
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        host = self.host or "127.0.0.1"
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    async def __aenter__(self) -> "Router":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+
+# -- the application ------------------------------------------------------------------------
+
+
+def build_app(router: Router) -> web.Application:
+    """The aiohttp application of `router`; its startup opens the client session and polling."""
+    app = web.Application(client_max_size=router.options.max_body_bytes)
+    proxy = Proxy(router)
+
+    async def lifecycle(_app: web.Application):
+        await router._open()
+        yield
+        await router._close()
+
+    app.cleanup_ctx.append(lifecycle)
+
+    async def health(_request: web.Request) -> web.Response:
+        t = router.table
+        body = {
+            "status": "ok",
+            "plan": t.source.plan,
+            "replicas": len(t.replicas),
+            "routable": sum(1 for r in t.replicas.values() if r.routable),
+        }
+        return web.json_response(body)
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(body=router.metrics.render().encode(), content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})  # fmt: skip
+
+    async def models(request: web.Request) -> web.Response:
+        if not proxy.authorized(request):
+            return error_response(401, "missing or wrong bearer token", "AuthenticationError")
+        return web.Response(body=router.table.models_json, content_type="application/json")
+
+    async def reload(request: web.Request) -> web.Response:
+        if not proxy.authorized(request):
+            return error_response(401, "missing or wrong bearer token", "AuthenticationError")
+        try:
+            t = router.reload_now()
+        except RouterError as e:
+            return error_response(400, str(e), "BadRequestError")
+        return web.json_response({"status": "reloaded", "plan": t.source.plan, "replicas": len(t.replicas)})
+
+    async def status(request: web.Request) -> web.Response:
+        if not proxy.authorized(request):
+            return error_response(401, "missing or wrong bearer token", "AuthenticationError")
+        t = router.table
+        reps = {
+            r.id: {
+                "endpoint": r.endpoint,
+                "healthy": r.healthy,
+                "routable": r.routable,
+                "inflight": r.inflight,
+                "inflight_kv_tokens": r.inflight_kv,
+                "kv_usage": r.kv_usage(),
+                "minmax_load": r.load,
+                "observed_kv_usage": r.obs_kv,
+                "observed_running": r.obs_running,
+                "observed_waiting": r.obs_waiting,
+            }
+            for r in t.replicas.values()
+        }
+        classes = {f"{m.name}/{c.name}": c.policy for m in t.models.values() for c in m.classes}
+        return web.json_response({"plan": t.source.plan, "options": asdict(router.options), "classes": classes, "replicas": reps})
+
+    app.router.add_post("/v1/completions", proxy.completions)
+    app.router.add_post("/v1/chat/completions", proxy.chat_completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/admin/reload", reload)
+    app.router.add_get("/admin/status", status)
+    return app
+
+
+# -- the blocking entry point ---------------------------------------------------------------
+
+
+async def _serve(router: Router, host: str, port: int) -> None:
+    await router.start(host, port)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_hup() -> None:
+        try:
+            router.reload_now()
+        except RouterError as e:
+            log.error("reload failed, keeping the previous table:\n%s", e)
+
+    for sig, fn in ((signal.SIGHUP, on_hup), (signal.SIGINT, stop.set), (signal.SIGTERM, stop.set)):
+        try:
+            loop.add_signal_handler(sig, fn)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no such signal
+            pass
+    print(f"hetcompile router listening on {router.url} (plan {router.table.source.plan})", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await router.stop()
+
+
+def serve(
+    table: Path | str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    policy: str | None = None,
+    auth_token: str | None = None,
+    *,
+    options: RouterOptions | None = None,
+    use_uvloop: bool = True,
+) -> None:
+    """Run the router until SIGINT/SIGTERM; SIGHUP reloads the table. Blocks.
+
+    Raises `RouterError` for a bad table or option before anything listens.
+    """
+    router = Router(table, policy=policy, auth_token=auth_token, options=options)
+    if use_uvloop:
+        try:
+            import uvloop  # optional: a faster event loop when installed
+        except ImportError:
+            uvloop = None
+        if uvloop is not None:
+            return uvloop.run(_serve(router, host, port))
+    asyncio.run(_serve(router, host, port))
+

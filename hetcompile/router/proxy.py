@@ -1,0 +1,286 @@
+"""The forwarding hot path: pick a replica, send the original body, pass the answer back.
+
+Per request: read the body (size-limited by aiohttp's `client_max_size`), parse only the routing
+fields (classify.py), find the model and workload class in a snapshot of the table (a reload
+mid-request does not affect it), let the class's picker choose, then POST the unchanged bytes to
+`endpoint + path` over the pooled client session.
+
+Failover: a connection error, a timeout, a 5xx, or a response that breaks before its first body
+byte reaches the client is retried on another replica, at most `max_retries` times; when every
+candidate has been tried, the next attempt waits an exponential backoff and may reuse them.
+Non-streaming responses are read whole before anything is sent, so they are always retryable;
+a stream is retryable until its first chunk. A stream that breaks after that ends with an SSE
+error event (vLLM's own format) and `data: [DONE]`; the client never waits on a dead upstream
+because the upstream read has an idle timeout. Only whole SSE events are written, so a break
+never leaves the client a torn event. When the client goes away, the handler is cancelled
+(`handler_cancellation=True`) and the upstream connection is closed, which aborts the
+request in vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import aiohttp
+from aiohttp import web
+
+from hetcompile.router.classify import BadRequest, match_class, parse_request, predicted_output_tokens
+
+if TYPE_CHECKING:
+    from hetcompile.router.app import Router
+    from hetcompile.router.state import Lease, ReplicaState
+
+log = logging.getLogger("hetcompile.router")
+
+# client headers worth passing on (tracing); everything else is the router's business
+_FORWARD_HEADERS = ("X-Request-Id", "traceparent", "tracestate")
+# a stream with no event boundary for this long is passed on as it is rather than held
+_MAX_PENDING = 1 << 16
+_UPSTREAM_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+
+def error_body(status: int, message: str, type_: str) -> bytes:
+    """An OpenAI/vLLM-style error object."""
+    return json.dumps({"error": {"message": message, "type": type_, "param": None, "code": status}}).encode()
+
+
+def error_response(status: int, message: str, type_: str) -> web.Response:
+    return web.Response(status=status, body=error_body(status, message, type_), content_type="application/json")
+
+
+def _sse_cut(buf: bytes) -> int:
+    """Length of the prefix of `buf` made of whole SSE events (ending in a blank line)."""
+    a = buf.rfind(b"\n\n")
+    b = buf.rfind(b"\r\n\r\n")
+    return max(a + 2 if a >= 0 else 0, b + 4 if b >= 0 else 0)
+
+
+class _Retry(Exception):
+    """This attempt failed before anything reached the client; try another replica."""
+
+    def __init__(self, kind: str, detail: str):
+        self.kind = kind
+        self.detail = detail
+
+
+class Proxy:
+    """Request handlers for the OpenAI endpoints; shares the router's table, session and metrics."""
+
+    def __init__(self, router: "Router"):
+        self.router = router
+        o = router.options
+        self.max_retries = o.max_retries
+        self.backoff = o.retry_backoff
+        self.fall = o.fail_threshold
+        self.auth = f"Bearer {router.auth_token}".encode() if router.auth_token else None
+        self.m = router.metrics
+
+    def authorized(self, request: web.Request) -> bool:
+        if self.auth is None:
+            return True
+        got = request.headers.get("Authorization", "").encode()
+        return hmac.compare_digest(got, self.auth)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.handle(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.handle(request, chat=True)
+
+    async def handle(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        t0 = time.perf_counter()
+        m = self.m
+        if not self.authorized(request):
+            m.errors.inc(("unauthorized",))
+            return error_response(401, "missing or wrong bearer token", "AuthenticationError")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge as e:
+            m.errors.inc(("too_large",))
+            return error_response(413, e.text or "request body too large", "BadRequestError")
+        table = self.router.table  # snapshot for the whole request
+        try:
+            info = parse_request(body, chat, table.chars_per_token)
+        except BadRequest as e:
+            m.errors.inc(("bad_request",))
+            return error_response(400, str(e), "BadRequestError")
+        name = info.model if info.model is not None else table.only_model
+        model = table.models.get(name) if name is not None else None
+        if model is None:
+            m.errors.inc(("unknown_model",))
+            known = ", ".join(sorted(table.models))
+            return error_response(404, f"The model `{info.model}` does not exist. Served: {known}.", "NotFoundError")
+        cls = model.classes[match_class(model.matches, info, request.headers)]
+        out_tokens = info.n_seqs * predicted_output_tokens(cls.output_tokens, info.max_tokens)
+        kv_tokens = info.prompt_tokens + out_tokens  # I_r + Õ_r
+
+        headers = None
+        for h in _FORWARD_HEADERS:
+            v = request.headers.get(h)
+            if v is not None:
+                headers = headers or {}
+                headers[h] = v
+
+        picker = cls.picker
+        tried: list["ReplicaState"] = []
+        last_error = "no replica was tried"
+        resp: web.StreamResponse | None = None
+        for attempt in range(self.max_retries + 1):
+            choice = picker.choose(kv_tokens, info.prompt_tokens, out_tokens, tried)
+            if choice is None and tried:
+                # every candidate failed once: back off, then let them be tried again
+                await asyncio.sleep(min(self.backoff * (2 ** (attempt - 1)), 1.0))
+                choice = picker.choose(kv_tokens, info.prompt_tokens, out_tokens, None)
+            if choice is None:
+                break
+            replica, cost, overflow = choice
+            m.choices.inc((cls.policy, replica.id))
+            if overflow:
+                m.kv_overflow.inc((model.name, cls.name))
+            lease = replica.acquire(kv_tokens, cost)
+            try:
+                resp = await self.forward(request, replica, lease, body, headers, info.stream, final=attempt == self.max_retries)
+            except _Retry as r:
+                lease.release()
+                replica.passive_failure(self.fall)
+                m.errors.inc((r.kind,))
+                m.retries.inc((replica.id,))
+                last_error = f"{replica.id}: {r.detail}"
+                tried.append(replica)
+                continue
+            except asyncio.CancelledError:
+                # the client went away (handler cancellation); forward already closed upstream
+                lease.release()
+                m.errors.inc(("client_disconnect",))
+                raise
+            except BaseException:
+                lease.release()
+                raise
+            break
+        if resp is None:
+            if not tried:
+                m.errors.inc(("no_replica",))
+                resp = error_response(503, f"no healthy replica for model {model.name!r} class {cls.name!r}", "ServiceUnavailableError")
+            else:
+                m.errors.inc(("exhausted",))
+                resp = error_response(502, f"every attempt failed; last: {last_error}", "BadGatewayError")
+        m.requests.inc((model.name, cls.name, str(resp.status)))
+        m.latency.observe((model.name,), time.perf_counter() - t0)
+        return resp
+
+    async def forward(
+        self,
+        request: web.Request,
+        replica: "ReplicaState",
+        lease: "Lease",
+        body: bytes,
+        extra_headers: dict | None,
+        stream: bool,
+        final: bool,
+    ) -> web.StreamResponse:
+        """One attempt. Raises `_Retry` when it failed before the client saw anything."""
+        headers = replica.headers
+        if extra_headers:
+            headers = {**headers, **extra_headers}
+        t0 = time.perf_counter()
+        try:
+            up = await self.router.session.post(replica.endpoint + request.path_qs, data=body, headers=headers)
+        except _UPSTREAM_ERRORS as e:
+            raise _Retry("upstream_connect", repr(e)) from None
+        try:
+            self.m.ttfb.observe((replica.id,), time.perf_counter() - t0)
+            ctype = up.headers.get("Content-Type", "application/json")
+            if stream and up.status == 200 and ctype.startswith("text/event-stream"):
+                return await self.stream(request, up, replica, lease, ctype)
+            try:
+                data = await up.read()
+            except _UPSTREAM_ERRORS as e:
+                raise _Retry("upstream_broken", repr(e)) from None
+            lease.release()
+            if up.status >= 500:
+                if not final:
+                    raise _Retry("upstream_5xx", f"HTTP {up.status}")
+                replica.passive_failure(self.fall)
+                self.m.errors.inc(("upstream_5xx",))
+            else:
+                replica.passive_success()
+            return web.Response(
+                status=up.status, body=data, headers={"Content-Type": ctype, "X-Hetcompile-Replica": replica.id}
+            )
+        finally:
+            # closes the upstream connection unless the body was read to the end: that is
+            # what cancels the request in vLLM when the client left or a retry abandons it
+            up.release()
+
+    async def stream(
+        self, request: web.Request, up: aiohttp.ClientResponse, replica: "ReplicaState", lease: "Lease", ctype: str
+    ) -> web.StreamResponse:
+        """Pass an SSE stream through, event by event, as the upstream produces it."""
+        content = up.content
+        # the first chunk decides between retry (nothing sent yet) and streaming
+        try:
+            first = await content.readany()
+        except _UPSTREAM_ERRORS as e:
+            raise _Retry("upstream_broken", repr(e)) from None
+        if not first:
+            raise _Retry("upstream_broken", "stream ended before its first byte")
+        out = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": ctype,
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+                "X-Hetcompile-Replica": replica.id,
+            },
+        )
+        try:
+            await out.prepare(request)
+            pending = b""
+            chunk = first
+            broke: str | None = None
+            while True:
+                if pending:
+                    chunk = pending + chunk
+                    pending = b""
+                if not chunk.endswith(b"\n\n"):
+                    cut = _sse_cut(chunk)
+                    if cut == 0 and len(chunk) > _MAX_PENDING:
+                        cut = len(chunk)
+                    pending = chunk[cut:]
+                    chunk = chunk[:cut]
+                if chunk:
+                    await out.write(chunk)  # raises ConnectionResetError when the client left
+                try:
+                    chunk = await content.readany()
+                except _UPSTREAM_ERRORS as e:
+                    broke = repr(e)
+                    break
+                if not chunk:
+                    break
+            if broke is not None:
+                log.warning("stream from %s broke after the first byte: %s", replica.id, broke)
+                self.m.errors.inc(("stream_broken",))
+                replica.passive_failure(self.fall)
+                msg = f"upstream replica {replica.id} failed mid-stream: {broke}"
+                await out.write(b"data: " + error_body(502, msg, "BadGatewayError") + b"\n\ndata: [DONE]\n\n")
+            else:
+                if pending:
+                    await out.write(pending)
+                replica.passive_success()
+            await out.write_eof()
+        except ConnectionResetError:
+            # the client went away: closing `up` aborts the request upstream; aiohttp treats
+            # a returned response on a dead connection as a normal client disconnect
+            self.m.errors.inc(("client_disconnect",))
+            up.close()
+        except asyncio.CancelledError:
+            up.close()  # counted by handle()
+            raise
+        finally:
+            lease.release()
+        return out

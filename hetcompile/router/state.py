@@ -1,0 +1,157 @@
+"""Live state of one replica: what the router has in flight there and what polling last saw.
+
+A `ReplicaState` outlives table reloads while its id and endpoint stay the same, so in-flight
+counts, min-max loads and health carry over and every request releases into the object it
+acquired from. Everything runs on one event loop: no locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from hetcompile.ir.routing import RoutedReplica
+from hetcompile.router.policies import corrected_kv_usage
+
+log = logging.getLogger("hetcompile.router")
+
+
+def health_transition(healthy: bool, fails: int, oks: int, ok: bool, fall: int, rise: int) -> tuple[bool, int, int]:
+    """One health observation -> (healthy, consecutive fails, consecutive oks).
+
+    A healthy replica is ejected after `fall` consecutive failures; an ejected one is
+    re-admitted after `rise` consecutive successes (HAProxy's fall/rise).
+    """
+    if ok:
+        oks, fails = oks + 1, 0
+        if not healthy and oks >= rise:
+            healthy = True
+    else:
+        fails, oks = fails + 1, 0
+        if healthy and fails >= fall:
+            healthy = False
+    return healthy, fails, oks
+
+
+class ReplicaState:
+    """Counters for one replica; see policies.py for the notation (kv_s, L_s, u_s)."""
+
+    __slots__ = (
+        "id", "model", "endpoint", "kv_capacity", "max_num_seqs", "prefill_tps", "decode_tps",
+        "headers", "routable", "healthy", "fails", "oks",
+        "inflight", "inflight_kv", "load",
+        "obs_kv", "obs_running", "obs_waiting", "est_at_poll", "released_since_poll",
+    )  # fmt: skip
+
+    def __init__(self, spec: RoutedReplica):
+        self.endpoint: str | None = None
+        self.healthy = True  # optimistic until polling or passive failures say otherwise
+        self.fails = 0
+        self.oks = 0
+        self.inflight = 0
+        self.inflight_kv = 0.0  # kv_s
+        self.load = 0.0  # L_s
+        self.obs_kv: float | None = None
+        self.obs_running: float | None = None
+        self.obs_waiting: float | None = None
+        self.est_at_poll = 0.0
+        self.released_since_poll = 0
+        self.update_spec(spec)
+
+    def update_spec(self, spec: RoutedReplica) -> None:
+        """Take the static fields of a (re)loaded table entry."""
+        self.id = spec.id
+        self.model = spec.model
+        self.endpoint = spec.endpoint.rstrip("/") if spec.endpoint else None
+        self.kv_capacity = float(spec.kv_capacity_tokens)
+        self.max_num_seqs = spec.max_num_seqs
+        self.prefill_tps = spec.prefill_tokens_per_s
+        self.decode_tps = spec.decode_tokens_per_s
+        headers = {"Content-Type": "application/json"}
+        if spec.api_key_env:
+            key = os.environ.get(spec.api_key_env)
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+            else:
+                log.warning("replica %s: env var %s (api_key_env) is not set; sending no credentials", spec.id, spec.api_key_env)
+        self.headers = headers
+        self._refresh()
+
+    def _refresh(self) -> None:
+        # cached: the hot path reads one attribute instead of two
+        self.routable = self.endpoint is not None and self.healthy
+
+    # -- request accounting ------------------------------------------------------------------
+
+    def acquire(self, kv_tokens: float, load: float) -> "Lease":
+        self.inflight += 1
+        self.inflight_kv += kv_tokens
+        self.load += load
+        return Lease(self, kv_tokens, load)
+
+    def _release(self, kv_tokens: float, load: float) -> None:
+        self.inflight -= 1
+        self.inflight_kv -= kv_tokens
+        self.load -= load
+        if self.inflight == 0:
+            # float sums drift; with nothing in flight the true values are zero
+            self.inflight_kv = 0.0
+            self.load = 0.0
+        self.released_since_poll += 1
+
+    def kv_usage(self) -> float:
+        """u_s, the corrected KV usage fraction."""
+        return corrected_kv_usage(self.inflight_kv, self.kv_capacity, self.obs_kv, self.est_at_poll)
+
+    def blocked(self) -> bool:
+        """vLLM reported waiting requests at the last poll and none of ours finished since."""
+        return bool(self.obs_waiting) and self.released_since_poll == 0
+
+    # -- health ------------------------------------------------------------------------------
+
+    def observe_health(self, ok: bool, fall: int, rise: int) -> bool:
+        """Record one health observation; returns True when the state flipped."""
+        was = self.healthy
+        self.healthy, self.fails, self.oks = health_transition(self.healthy, self.fails, self.oks, ok, fall, rise)
+        self._refresh()
+        if was != self.healthy:
+            log.warning("replica %s (%s) %s", self.id, self.endpoint, "re-admitted" if self.healthy else "ejected")
+            return True
+        return False
+
+    def passive_failure(self, fall: int) -> None:
+        """A proxied request failed to connect or got a 5xx: counts toward ejection only.
+
+        Re-admission is left to the active /health poll, so live traffic never probes a
+        replica that was ejected.
+        """
+        if self.healthy:
+            self.observe_health(False, fall, 1)
+
+    def passive_success(self) -> None:
+        if self.healthy:
+            self.fails = 0
+
+    def observe_metrics(self, kv: float | None, running: float | None, waiting: float | None) -> None:
+        self.obs_kv = kv
+        self.obs_running = running
+        self.obs_waiting = waiting
+        self.est_at_poll = self.inflight_kv
+        self.released_since_poll = 0
+
+
+class Lease:
+    """One request's hold on a replica; `release` is idempotent so every exit path may call it."""
+
+    __slots__ = ("replica", "kv_tokens", "load", "done")
+
+    def __init__(self, replica: ReplicaState, kv_tokens: float, load: float):
+        self.replica = replica
+        self.kv_tokens = kv_tokens
+        self.load = load
+        self.done = False
+
+    def release(self) -> None:
+        if not self.done:
+            self.done = True
+            self.replica._release(self.kv_tokens, self.load)

@@ -1,0 +1,130 @@
+"""Loading the routing table and compiling it into the router's lookup structures.
+
+`compile_table` turns a validated `RoutingTable` into a `RouteTable`: a dict from model name to
+its workload classes, each class holding its candidate `ReplicaState`s (plan weight > 0) and the
+picker of its policy. The policy of a class is, by precedence: the router's `--policy` flag,
+the class's own `policy`, the table's `policy`.
+
+Reloads pass the previous replica states in: a replica whose id and endpoint are unchanged keeps
+its state (in-flight counts, min-max load, health), so requests in flight across a reload release
+into the object they acquired from and nothing is dropped or double-counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from hetcompile.ir.errors import HetcompileError
+from hetcompile.ir.routing import ClassMatch, RoutingTable
+from hetcompile.router.policies import Picker, make_picker
+from hetcompile.router.state import ReplicaState
+
+log = logging.getLogger("hetcompile.router")
+
+
+class RouterError(HetcompileError):
+    """The router cannot start or reload: unreadable or invalid table, bad option."""
+
+    kind = "router error"
+
+
+@dataclass(slots=True)
+class ClassRoute:
+    name: str
+    match: ClassMatch
+    input_tokens: float
+    output_tokens: float
+    policy: str
+    picker: Picker
+
+
+@dataclass(slots=True)
+class ModelRoute:
+    name: str
+    classes: tuple[ClassRoute, ...]
+    matches: tuple[ClassMatch, ...]
+
+
+@dataclass(slots=True)
+class RouteTable:
+    source: RoutingTable
+    models: dict[str, ModelRoute]
+    replicas: dict[str, ReplicaState]
+    chars_per_token: float
+    models_json: bytes = field(default=b"")
+    only_model: str | None = None
+
+
+def load_table(path: Path) -> RoutingTable:
+    """Read and validate `routing.json`; errors become `RouterError` with the path."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise RouterError(f"cannot read routing table {path}: {e.strerror or e}") from None
+    try:
+        return RoutingTable.model_validate_json(text)
+    except ValidationError as e:
+        raise RouterError(f"invalid routing table {path}:\n{e}") from None
+
+
+def compile_table(
+    table: RoutingTable,
+    previous: dict[str, ReplicaState] | None = None,
+    *,
+    policy_override: str | None = None,
+    high_water: float = 1.0,
+    theta: float = 2.0,
+) -> RouteTable:
+    """Build the lookup structures; reuse `previous` states whose id and endpoint are unchanged."""
+    previous = previous or {}
+    replicas: dict[str, ReplicaState] = {}
+    for spec in table.replicas:
+        old = previous.get(spec.id)
+        endpoint = spec.endpoint.rstrip("/") if spec.endpoint else None
+        if old is not None and old.endpoint == endpoint:
+            old.update_spec(spec)
+            replicas[spec.id] = old
+        else:
+            # a new or moved replica starts fresh; the old state lives on in its leases
+            replicas[spec.id] = ReplicaState(spec)
+
+    models: dict[str, ModelRoute] = {}
+    for m in table.models:
+        classes = []
+        for c in m.classes:
+            cands = []
+            for w in c.weights:
+                r = replicas[w.replica]
+                if w.weight <= 0:
+                    continue
+                if r.model != m.name:
+                    log.warning("class %s/%s weights replica %s which serves %r; ignored", m.name, c.name, r.id, r.model)
+                    continue
+                cands.append((r, w.weight))
+            if not cands:
+                # no positive weight: every replica of the model, equally (keeps the class served)
+                cands = [(r, 1.0) for r in replicas.values() if r.model == m.name]
+                if cands:
+                    log.warning("class %s/%s has no positive weight; spreading it evenly", m.name, c.name)
+            policy = policy_override or c.policy or table.policy
+            picker = make_picker(policy, [r for r, _ in cands], [w for _, w in cands], high_water=high_water, theta=theta)
+            classes.append(ClassRoute(c.name, c.match, c.input_tokens, c.output_tokens, policy, picker))
+        models[m.name] = ModelRoute(m.name, tuple(classes), tuple(c.match for c in classes))
+
+    listing = {
+        "object": "list",
+        "data": [{"id": name, "object": "model", "created": 0, "owned_by": "hetcompile"} for name in sorted(models)],
+    }
+    return RouteTable(
+        source=table,
+        models=models,
+        replicas=replicas,
+        chars_per_token=table.chars_per_token,
+        models_json=json.dumps(listing).encode(),
+        only_model=next(iter(models)) if len(models) == 1 else None,
+    )

@@ -1,0 +1,138 @@
+"""End to end against the real engine: two `vllm serve` replicas started from the generated
+scripts of the tiny example, the bundled router started from the generated routing table, and
+the `openai` client talking through it (completions and chat, streaming and not). The router's
+kv-aware policy polls vLLM's real /metrics; killing one replica moves traffic to the other.
+Assertions are on token counts and finish reasons, never on text (dummy weights).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+from conftest import ROOT
+from hetcompile.backends.emit import write
+from hetcompile.driver import compile_spec
+from hetcompile.testing import free_port, launch, make_tiny_model
+
+pytestmark = pytest.mark.engine
+
+
+def _json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.load(resp)
+
+
+@contextlib.contextmanager
+def router_process(table: Path, port: int, log: Path):
+    cmd = [sys.executable, "-m", "hetcompile.router", "--table", str(table), "--port", str(port),
+           "--policy", "kv-aware", "--health-interval", "0.5"]
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60  # startup guard, not a performance assertion
+        while True:
+            try:
+                if _json(f"http://127.0.0.1:{port}/admin/status")["replicas"]:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"router did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _wait(pred, what: str, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit  # a guard against hanging, not a speed check
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.25)
+
+
+def test_router_in_front_of_two_real_replicas(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write(compile_spec(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
+    plan = json.loads((out / "plan.json").read_text())
+    ids = [r["id"] for r in plan["replicas"]]
+    assert len(ids) == 2 and all(r["pp"] == 1 for r in plan["replicas"])
+    served = plan["replicas"][0]["served_name"]
+    model = make_tiny_model(tmp_path / "tiny")
+    ports = {rid: free_port() for rid in ids}
+
+    with contextlib.ExitStack() as stack:
+        bases = {}
+        replica_ctx = {}
+        for rid in ids:
+            ctx = launch(out / "vllm" / rid / "node0.sh", port=ports[rid], model=model, log=tmp_path / f"{rid}.log")
+            bases[rid] = stack.enter_context(ctx)
+            replica_ctx[rid] = ctx
+        table = out / "router" / "routing.json"
+        subprocess.run(
+            [sys.executable, "-m", "hetcompile.cli", "fill-endpoints", str(table), *(f"{r}={bases[r]}" for r in ids), "--in-place"],
+            check=True, cwd=ROOT,
+        )
+        rport = free_port()
+        base = stack.enter_context(router_process(table, rport, tmp_path / "router.log"))
+        status = lambda: _json(f"{base}/admin/status")["replicas"]  # noqa: E731
+        _wait(lambda: all(r["healthy"] and r["observed_kv_usage"] is not None for r in status().values()),
+              "the router to poll both replicas' /health and vLLM /metrics")
+
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=120)
+        assert [m.id for m in client.models.list().data] == [served]
+
+        c = client.completions.create(model=served, prompt=[5, 6, 7], max_tokens=4, temperature=0,
+                                      extra_body={"ignore_eos": True})
+        assert c.usage.completion_tokens == 4 and c.choices[0].finish_reason == "length"
+
+        chunks = list(client.completions.create(model=served, prompt=[5, 6, 7], max_tokens=6, temperature=0, stream=True,
+                                                stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+        assert chunks[-1].usage.completion_tokens == 6
+        assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "length"
+        assert len([ch for ch in chunks if ch.choices]) >= 6  # token by token, not one buffered blob
+
+        chat = client.chat.completions.create(model=served, messages=[{"role": "user", "content": "hello world"}],
+                                              max_tokens=5, temperature=0, extra_body={"ignore_eos": True})
+        assert chat.usage.completion_tokens == 5 and chat.choices[0].finish_reason == "length"
+
+        stream = list(client.chat.completions.create(model=served, messages=[{"role": "user", "content": "hi"}],
+                                                     max_tokens=5, temperature=0, stream=True,
+                                                     stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+        assert stream[0].choices[0].delta.role == "assistant"
+        assert stream[-1].usage.completion_tokens == 5
+
+        # both replicas took traffic under the plan's weights
+        for _ in range(8):
+            client.completions.create(model=served, prompt=[9, 10], max_tokens=2, extra_body={"ignore_eos": True})
+        metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+        chosen = {rid: sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                           if line.startswith("hetcompile_router_policy_choices_total") and f'replica="{rid}"' in line)
+                  for rid in ids}
+        assert all(v > 0 for v in chosen.values()), chosen
+
+        # kill one replica: the router ejects it and every request still succeeds on the other
+        dead, alive = ids[0], ids[1]
+        replica_ctx[dead].__exit__(None, None, None)
+        for _ in range(6):
+            r = client.completions.create(model=served, prompt=[5, 6], max_tokens=3, extra_body={"ignore_eos": True})
+            assert r.usage.completion_tokens == 3
+        _wait(lambda: not status()[dead]["healthy"], "the router to eject the dead replica")
+        before = _json(f"{base}/admin/status")
+        for _ in range(4):
+            client.completions.create(model=served, prompt=[5, 6], max_tokens=2, extra_body={"ignore_eos": True})
+        metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+        assert before["replicas"][alive]["healthy"]
+        assert 'hetcompile_router_requests_total' in metrics
