@@ -18,19 +18,26 @@ split of w1).
 
 Units as in `ComposeTables`: prices in $/GPU-second, budget in $/s (the $/h numbers below are
 divided by 3600).
+
+The last section holds minimal tests of known bugs, marked xfail(strict=True): each fails today
+(with the exception or assertion named in its marker) and turns into an XPASS failure once the
+bug is fixed, so the marker must be removed with the fix.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from dataclasses import dataclass
 
 import highspy
 import numpy as np
 import pytest
+from pyomo.common.errors import InvalidConstraintError
 
-from hetcompile.ir.errors import InfeasibleError
+from hetcompile.driver import compile_spec
+from hetcompile.ir.errors import InfeasibleError, PassError
 from hetcompile.ir.problem import (
     Engine,
     GpuType,
@@ -184,6 +191,26 @@ def hand_cases() -> list[Case]:
             ),
             two,
         ),
+        Case(
+            "budget-below-any-replica",  # theta* = 0: max-theta plans nothing, the pass refuses
+            make_tables(
+                offers={"a": (2, 0, 1.0), "b": (2, 0, 1.5)},
+                shapes={"a|g1": ("a", 1, {"w1": 1.0}), "b|g2": ("b", 2, {"w1": 2.5})},
+                demand={"w1": 1.0},
+                budget_per_h=0.5,
+            ),
+            one,
+        ),
+        Case(
+            "workload-nothing-serves",  # no h_{c,w2}: theta* = 0, min-cost infeasible (not a crash)
+            make_tables(
+                offers={"a": (2, 0, 1.0)},
+                shapes={"a|g1": ("a", 1, {"w1": 1.0})},
+                demand={"w1": 1.0, "w2": 1.0},
+                budget_per_h=None,
+            ),
+            two,
+        ),
     ]
 
 
@@ -210,7 +237,7 @@ def random_case(seed: int) -> Case:
         served = [w for w in mine if rng.random() > 0.2] or [rng.choice(mine)]
         h = {w: round(rng.uniform(0.2, 2.5) * g**0.8, 3) for w in served}
         shapes[f"s{i}|{o}|g{g}"] = (o, g, h)
-    for w, m in model_of.items():  # every workload served somewhere: test_unserved_workload_* is a known bug
+    for w, m in model_of.items():  # every workload served somewhere (else theta* = 0: a hand case)
         if not any(w in h for _, _, h in shapes.values()):
             c = rng.choice(sorted(c for c, (_, _, h) in shapes.items() if set(h) <= {x for x in model_of if model_of[x] == m}))
             shapes[c][2][w] = round(rng.uniform(0.2, 2.5) * shapes[c][1] ** 0.8, 3)
@@ -221,7 +248,7 @@ def random_case(seed: int) -> Case:
     return Case(f"random-{seed}", make_tables(offers, shapes, demand, budget), model_of)
 
 
-RANDOM_CASES = [random_case(s) for s in range(24)]
+RANDOM_CASES = [random_case(s) for s in range(20)]
 CASES = hand_cases() + RANDOM_CASES
 
 
@@ -272,7 +299,8 @@ class BruteForce:
         for o in t.offers:
             mine = [c for c in t.shapes if t.shape_offer[c] == o]
             ranges = [range(t.avail[o] // t.shape_gpus[c] + 1) for c in mine]
-            ok = [dict(zip(mine, ns)) for ns in itertools.product(*ranges) if sum(n * t.shape_gpus[c] for c, n in zip(mine, ns)) <= t.avail[o]]
+            fits = lambda ns: sum(n * t.shape_gpus[c] for c, n in zip(mine, ns)) <= t.avail[o]  # noqa: E731
+            ok = [dict(zip(mine, ns)) for ns in itertools.product(*ranges) if fits(ns)]
             per_offer.append(ok)
         lp = ThetaLP(t)
         self.plans: list[tuple[tuple[int, ...], float, float]] = []  # (y, theta, cost)
@@ -342,7 +370,9 @@ def assert_valid_plan(t: ComposeTables, y: dict[str, int], r: dict[tuple[str, st
     assert ThetaLP(t).theta(tuple(full[c] for c in t.shapes)) >= theta * (1 - 1e-6)
 
 
-ARCH = ModelArch(layers=2, hidden=64, intermediate=128, heads=4, kv_heads=4, head_dim=16, vocab=128, max_context=2048, tie_embeddings=False)
+ARCH = ModelArch(
+    layers=2, hidden=64, intermediate=128, heads=4, kv_heads=4, head_dim=16, vocab=128, max_context=2048, tie_embeddings=False
+)
 
 
 def problem_of(case: Case, objective: str) -> Problem:
@@ -374,7 +404,9 @@ def problem_of(case: Case, objective: str) -> Problem:
             Model(name=m, served_name=m, weights=f"test/{m}", dtype="bfloat16", arch=ARCH, max_model_len=2048) for m in models
         ),
         workloads=tuple(
-            Workload(name=w, model=case.model_of[w], input_tokens=512.0, output_tokens=128.0, demand=t.demand[w], demand_kind=kind)
+            Workload(
+                name=w, model=case.model_of[w], input_tokens=512.0, output_tokens=128.0, demand=t.demand[w], demand_kind=kind
+            )
             for w in t.workloads
         ),
         gpus=tuple(
@@ -467,7 +499,7 @@ def test_milp_min_cost_at_max_theta(case):
 def test_milp_dinkelbach_objective(case):
     bf = brute(case)
     q_star = bf.max_ratio()
-    for q in (0.5 * q_star, q_star, 2.0 * q_star):
+    for q in (0.5 * q_star, q_star):
         res, sol = milp(case.t, "dinkelbach", q=q)
         assert res.status == "optimal"
         best = bf.max_dinkelbach(q)
@@ -480,8 +512,11 @@ def test_milp_dinkelbach_objective(case):
 # ---- the Compose pass against the brute force -------------------------------------------------------
 
 
-@pytest.mark.parametrize("objective", ["max-throughput", "min-makespan"])
-@pytest.mark.parametrize("case", CASES, ids=repr)
+@pytest.mark.parametrize(
+    "case,objective",
+    [(c, "max-throughput") for c in CASES] + [(c, "min-makespan") for c in hand_cases()],  # same MILP
+    ids=lambda x: repr(x) if isinstance(x, Case) else x,
+)
 def test_pass_max_theta_then_cheapest(case, objective):
     bf = brute(case)
     best = bf.max_theta()
@@ -564,12 +599,124 @@ def test_app_c_makespan(objective):
 
 def test_app_c_makespan_does_not_depend_on_the_request_unit():
     """Same instance with every f_w x 1e5 (8,000,000 + 2,000,000 requests): the makespan scales by
-    1e5 and the plan stays 1x t1 + TP on 2x t2. Today the MILP returns 2x t1 (T 1.7x too long)
-    and calls it optimal, because theta ~ 3.5e-7 is below HiGHS's feasibility/optimality
-    tolerances (1e-7) and its absolute MIP gap (1e-6)."""
+    1e5 and the plan stays 1x t1 + TP on 2x t2. (Before compose_model scaled theta by sum(lambda),
+    theta = 1/T ~ 3.5e-7 sat below HiGHS's tolerances and it returned 2x t1, T 1.7x too long.)"""
     k = 1e5
     t = app_c_tables(requests_scale=k)
     res, sol = milp(t, "theta")
     assert res.status == "optimal"
     assert 1.0 / sol.theta == pytest.approx((40 / 3.4 + 20 / 1.2) * k, rel=REL)
     assert {c: n for c, n in sol.y.items() if n} == {"t1|tp1": 1, "t2|tp2": 1}
+
+
+def test_workload_nothing_serves_is_named():
+    case = next(c for c in CASES if c.name == "workload-nothing-serves")
+    with pytest.raises(InfeasibleError, match="w2"):
+        run_pass(case, "min-cost")
+
+
+# ---- known bugs: minimal failing tests (strict xfail: they fail today and must pass after the fix) --
+
+
+def _with_unused_offer() -> ComposeTables:
+    """App. C plus offer t4 (2 GPUs at 1 $/h) that no shape uses, as when no replica fits its GPU."""
+    t = app_c_tables()
+    return ComposeTables(
+        **{
+            **t.__dict__,
+            "offers": (*t.offers, "t4"),
+            "avail": {**t.avail, "t4": 2},
+            "owned": {**t.owned, "t4": 0},
+            "price": {**t.price, "t4": 1.0 / H},
+        }
+    )
+
+
+@pytest.mark.xfail(
+    raises=InvalidConstraintError,
+    strict=True,
+    reason="BUG: ineq_availability of an offer no shape uses is the Python bool 0 <= a_o, which Pyomo rejects",
+)
+def test_unused_offer_is_ignored():
+    t = _with_unused_offer()
+    res, sol = milp(t, "theta")
+    assert res.status == "optimal"
+    assert 1.0 / sol.theta == pytest.approx(40 / 3.4 + 20 / 1.2, rel=REL)
+
+
+@pytest.mark.xfail(
+    raises=PassError,
+    strict=True,
+    reason="BUG: same, through the driver: a 70B spec that also offers one T4 crashes in compose",
+)
+def test_unused_offer_in_a_spec(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "name: unused-offer\n"
+        "models: [{name: llama-3-70b}]\n"
+        "workloads: [{name: chat, model: llama-3-70b, input_tokens: 512, output_tokens: 128, rate: 1/s}]\n"
+        "regions:\n"
+        "  - name: r1\n"
+        "    cloud: vast\n"
+        "    offers:\n"
+        "      - {gpu: A100-80GB, gpus_per_node: 2, max_nodes: 2}\n"
+        "      - {gpu: T4, max_nodes: 1}\n"
+        "budget: $10/h\n"
+    )
+    ir = compile_spec(spec, stop_after="compose").ir
+    assert ir.composition.scale > 0
+    assert all("T4" not in c for c, _ in ir.composition.counts)
+
+
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="BUG: cost in $/s (~1e-4 per GPU) is below HiGHS's 1e-6 pruning tolerance; plans 0.001 $/h "
+    "apart tie, and a dearer one is reported optimal with bound = incumbent",
+)
+def test_min_cost_separates_plans_a_tenth_of_a_cent_apart():
+    """a: 2 GPUs at 0.690 $/h, 1.0 req/s each; b: 2 GPUs at 0.691 $/h, 1.9 req/s; demand 2.5 req/s.
+    1a + 1b (2.9 req/s, 1.381 $/h) is the cheapest; 2b (3.8 req/s, 1.382 $/h) is what HiGHS returns."""
+    t = make_tables(
+        offers={"a": (2, 0, 0.690), "b": (2, 0, 0.691)},
+        shapes={"a|g1": ("a", 1, {"w": 1.0}), "b|g1": ("b", 1, {"w": 1.9})},
+        demand={"w": 2.5},
+        budget_per_h=None,
+    )
+    assert brute(Case("tenth-cent", t, {"w": "m"})).min_cost() == pytest.approx(1.381 / H)
+    res, sol = milp(t, "cost")
+    assert res.status == "optimal"
+    assert sol.cost == pytest.approx(1.381 / H, rel=REL)
+    unit = res.objective / sol.cost  # the model's cost unit per $/s, whatever it is
+    assert res.bound <= 1.381 / H * unit * (1 + REL)  # the dual bound must not exceed the optimum
+
+
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="BUG: with owned GPUs Dinkelbach stops when its subproblem returns a free (cost 0) plan, "
+    "and keeps the max-throughput plan",
+)
+def test_per_dollar_with_owned_gpus_is_at_least_the_best_paid_ratio():
+    """owned-gpus-are-free: the pass returns the max-theta plan (3.10x demand at 3 $/h, ratio 1.03
+    per $/h) although 1.64 per $/h is attainable with rented GPUs and 0.95x demand is free (ratio
+    infinite). Whatever the intended semantics, the ratio must be at least the best paid one."""
+    case = next(c for c in CASES if c.name == "owned-gpus-are-free")
+    comp, y, _, _ = run_pass(case, "max-throughput-per-dollar")
+    cost = solution_cost(y, case.t)
+    ratio = comp.scale / cost if cost > 0 else math.inf
+    assert ratio >= brute(case).max_ratio() * (1 - REL)
+
+
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="BUG: the note prints q * 3600 (x demand per $/s, times 3600) where q / 3600 (x demand per $/h) is meant",
+)
+def test_dinkelbach_note_is_per_dollar_per_hour():
+    case = next(c for c in CASES if c.name == "one-workload-tp-shapes")
+    comp, y, _, report = run_pass(case, "max-throughput-per-dollar")
+    per_h = comp.scale / (solution_cost(y, case.t) * H)  # x demand per $/h
+    note = next(n for n in report.notes if n.startswith("dinkelbach converged"))
+    shown = float(note.split(" at ")[1].split(" x demand")[0])
+    assert shown == pytest.approx(per_h, rel=1e-3)
