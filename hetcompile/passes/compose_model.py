@@ -91,8 +91,13 @@ def _gpus_used(m: pyo.ConcreteModel, t: ComposeTables, o: str):
 
 
 def add_ineq_availability(m: pyo.ConcreteModel, t: ComposeTables) -> None:
-    m.ineq_availability = pyo.Constraint(m.O, rule=lambda m, o: _gpus_used(m, t, o) <= t.avail[o])
-    m.ineq_rented = pyo.Constraint(m.O, rule=lambda m, o: _gpus_used(m, t, o) - t.owned[o] <= m.g[o])
+    used = {o for o in t.offers if any(t.shape_offer[c] == o for c in t.shapes)}  # no shape: nothing to bound
+    m.ineq_availability = pyo.Constraint(
+        m.O, rule=lambda m, o: _gpus_used(m, t, o) <= t.avail[o] if o in used else pyo.Constraint.Skip
+    )
+    m.ineq_rented = pyo.Constraint(
+        m.O, rule=lambda m, o: _gpus_used(m, t, o) - t.owned[o] <= m.g[o] if o in used else pyo.Constraint.Skip
+    )
 
 
 def cost_expr(m: pyo.ConcreteModel, t: ComposeTables):
