@@ -36,10 +36,9 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 import pytest
-from pyomo.common.errors import InvalidConstraintError
 
 from hetcompile.driver import compile_spec
-from hetcompile.ir.errors import InfeasibleError, PassError
+from hetcompile.ir.errors import InfeasibleError
 from hetcompile.ir.problem import (
     Engine,
     GpuType,
@@ -231,7 +230,7 @@ def random_case(seed: int) -> Case:
     shapes: dict[str, tuple[str, int, dict[str, float]]] = {}
     n_s = rng.randint(3, 4)
     for i in range(n_s):
-        # every offer gets a shape: an offer no shape uses is test_unused_offer_* (a known bug)
+        # every offer gets a shape (an offer no shape uses: test_unused_offer_*)
         o = sorted(offers)[i] if i < len(offers) else rng.choice(sorted(offers))
         g = rng.choice([g for g in (1, 1, 2, 2, 4) if g <= offers[o][0]])
         m = models[i] if i < len(models) else rng.choice(models)
