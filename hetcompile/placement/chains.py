@@ -1,0 +1,191 @@
+"""`chains` mode (default, deployable): every replica is a chain of stages with one TP size.
+
+What vLLM 0.33 runs: a replica is a pipeline; each stage feeds exactly one next stage; TP is the
+same on every stage; the KV capacity is the minimum over the stages. Multi-GPU nodes may be cut
+into TP slices so that a mixed chain has one TP (`<node>#<j>` units on GPUs j*t..j*t+t-1).
+
+Steps (time from the caller's SolverOptions):
+  1. seeds: per-group pipelines (each group at its best TP), the greedy opener
+  2. the chain-level MILP (chains_milp.py): Helix flow of chains, with its dual bound
+  3. local search from every seed, then iterated local search from the best (chains_search.py),
+     for the objective: `depth-aware` (default) or `helix`
+  4. per chain: layer split, depth, C, micro-batch, capacity and binding term (evaluate.py)
+The Helix-semantics flow of the result is recomputed by networkx on the chain edges only.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hetcompile.passes.solve import SolverOptions
+from hetcompile.placement import chains_milp
+from hetcompile.placement.chains_search import Chain, ChainSearch, order_slots, slots_of
+from hetcompile.placement.evaluate import chain_eval, edge_flows, helix_flow
+from hetcompile.placement.heuristics import group_chains
+from hetcompile.placement.problem import PlacementProblem
+from hetcompile.placement.result import ChainInfo, PlacementResult, SolveRecord
+from hetcompile.placement.solver import solve_warm
+from hetcompile.placement.splits import stages_from_split
+from hetcompile.placement.tables import group_tables, network
+
+
+def per_group_chains(p: PlacementProblem) -> list[Chain]:
+    """Each group alone, at the TP that gives its chains the most Helix flow."""
+    L = p.num_layers
+    out: list[Chain] = []
+    for t_best in _best_group_modes(p):
+        gi, tp, splits = t_best
+        nodes = list(p.groups[gi].ids)
+        free = [s for n in nodes for s in slots_of(p, n, tp)]
+        for split in splits:
+            picked, free = free[: len(split)], free[len(split):]
+            out.append(order_slots(p, picked))
+    return [c for c in out if sum(1 for _ in c) and len(c) <= L]
+
+
+def _best_group_modes(p: PlacementProblem):
+    tables = group_tables(p, split=True)
+    best: dict[int, tuple[float, int, list]] = {}
+    for t in tables:
+        splits = group_chains(t, p.num_layers)
+        val = sum(min(t.T[k - 1] for k in s) for s in splits)
+        if val > best.get(t.gi, (0.0, 0, []))[0]:
+            best[t.gi] = (val, t.tp, splits)
+    return [(gi, tp, splits) for gi, (_, tp, splits) in sorted(best.items())]
+
+
+def milp_chains(p: PlacementProblem, options: SolverOptions, seed: list[Chain], search: ChainSearch):
+    """Solve the chain-level MILP; returns (chains, SolveRecord, bound)."""
+    tables = group_tables(p, split=True)
+    ct = chains_milp.chain_tables(tables, network(p), p.num_layers)
+    if not ct.keys:
+        return [], SolveRecord("place-chains-milp", "infeasible", None, 0.0, None, 0.0), 0.0
+    ts = time.perf_counter()
+    m = chains_milp.build_model(ct)
+    warm = chains_milp.warm_start(m, ct, [_as_level(p, tables, c, search) for c in seed]) if seed else False
+    res = solve_warm(m, options, name="place-chains-milp", warm=warm)
+    chains: list[Chain] = []
+    if res.has_solution:
+        used: set[str] = set()
+        mode: dict[str, int] = {}
+        for tp, _theta, kinds in chains_milp.extract_chains(m, ct):
+            picked = []
+            for j, cnt in sorted(kinds.items()):
+                need = cnt
+                for node in p.groups[tables[j].gi].ids:
+                    if need == 0:
+                        break
+                    if mode.get(node, tp) != tp:
+                        continue
+                    for s in slots_of(p, node, tp):
+                        if need and s.unit not in used:
+                            picked.append(s)
+                            used.add(s.unit)
+                            mode[node] = tp
+                            need -= 1
+            chains.append(order_slots(p, picked))
+    rec = SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, time.perf_counter() - ts)
+    return chains, rec, res.bound
+
+
+def _as_level(p: PlacementProblem, tables, chain: Chain, search: ChainSearch):
+    val, _ = search.split(chain)
+    j_of = {(t.gi, t.tp): j for j, t in enumerate(tables)}
+    kinds: dict[int, int] = {}
+    for s in chain:
+        j = j_of[(s.gi, s.tp)]
+        kinds[j] = kinds.get(j, 0) + 1
+    # the level is the chain's bottleneck T: the smallest table value >= val among its stages
+    levels = sorted({v for j in kinds for v in tables[j].T if v >= val - 1e-9})
+    return (chain[0].tp, levels[0] if levels else val, kinds)
+
+
+def chain_infos(p: PlacementProblem, chains: list[Chain], search: ChainSearch) -> tuple[list[ChainInfo], list]:
+    infos, units = [], []
+    for c in chains:
+        _, ks = search.split(c)
+        if not ks:
+            continue
+        stages = stages_from_split(list(c), ks)
+        ev = chain_eval(p, stages)
+        hv, _ = helix_flow(p, stages, [[s.unit for s in stages]])
+        gpus = {p.groups[s.gi].gpu for s in stages}
+        split_nodes = tuple(sorted({s.node for s in stages if s.unit != s.node}))
+        infos.append(ChainInfo(
+            id=f"c{len(infos)}", stages=tuple(stages), tp=stages[0].tp, mixed=len(gpus) > 1, split_nodes=split_nodes,
+            depth=len(stages), concurrency=ev.concurrency, concurrency_limit=ev.concurrency_limit,
+            micro_batch=ev.micro_batch, capacity=ev.capacity, binding=ev.binding, helix_flow=hv,
+        ))
+        units += stages
+    return infos, units
+
+
+def place_chains(p: PlacementProblem, options: SolverOptions, *, objective: str = "depth-aware") -> PlacementResult:
+    t0 = time.perf_counter()
+    budget = float(options.time_limit_s)
+
+    reserve = min(1.0, 0.05 * budget)  # chain evaluation and the final flow
+
+    def left() -> float:
+        return budget - reserve - (time.perf_counter() - t0)
+
+    solves: list[SolveRecord] = []
+    helix = ChainSearch(p, "helix")
+    seeds: dict[str, list[Chain]] = {}
+
+    ts = time.perf_counter()
+    seeds["per-group-pipelines"] = [c for c in per_group_chains(p) if helix.split(c)[0] > 0]
+    solves.append(SolveRecord("per-group-pipelines", "feasible" if seeds["per-group-pipelines"] else "no-solution",
+                              helix.value(seeds["per-group-pipelines"]), None, None, time.perf_counter() - ts))
+    opener: list[Chain] = []
+    for tp in sorted({s.tp for g in p.groups for s in g.profiles}):
+        while True:
+            c = helix.open_chain(opener, tp)
+            if c is None:
+                break
+            opener.append(c)
+    seeds["greedy"] = opener
+
+    best_seed = max(seeds.values(), key=helix.value)
+    mopts = SolverOptions(time_limit_s=max(0.5, 0.4 * left()), mip_gap=options.mip_gap, threads=options.threads,
+                          seed=options.seed)
+    milp, rec, milp_bound = milp_chains(p, mopts, best_seed, helix)
+    solves.append(rec)
+    if milp:
+        seeds["milp"] = milp
+
+    search = ChainSearch(p, objective)
+    best_name, best_chains, best_val = "none", [], 0.0
+    names = sorted(seeds, key=lambda k: -search.value(seeds[k]))
+    for i, name in enumerate(names):
+        ts = time.perf_counter()
+        share = max(0.2, left() * (0.6 if i == 0 else 1.0 / max(1, len(names) - i)) - 0.3)
+        chains = search.improve(seeds[name], time.perf_counter() + share)
+        val = search.value(chains)
+        solves.append(SolveRecord(f"local-search<{name}>", "feasible" if val > 0 else "no-solution", val, None, None,
+                                  time.perf_counter() - ts))
+        if val > best_val * (1 + 1e-12):
+            best_name, best_chains, best_val = f"local-search<{name}>", chains, val
+        if left() <= 0.3:
+            break
+
+    if best_chains and left() > 1.0:
+        ts = time.perf_counter()
+        chains = search.iterate(best_chains, time.perf_counter() + 0.5 * left(), seed=options.seed)
+        val = search.value(chains)
+        solves.append(SolveRecord("iterated-local-search", "feasible", val, None, None, time.perf_counter() - ts))
+        if val > best_val * (1 + 1e-12):
+            best_name, best_chains, best_val = "iterated-local-search", chains, val
+    infos, units = chain_infos(p, best_chains, search)
+    val, flow = helix_flow(p, units, [[s.unit for s in c.stages] for c in infos]) if units else (0.0, {})
+    da = sum(c.capacity for c in infos)
+    bound = None
+    if objective == "helix" and milp_bound is not None:
+        bound = max(milp_bound, val)
+    value = da if objective == "depth-aware" else val
+    gap = (bound - value) / value if bound is not None and value > 0 else None
+    return PlacementResult(
+        problem_name=p.name, mode="chains", objective=objective, units=tuple(units), chains=tuple(infos),
+        edge_flows=edge_flows(flow), helix_flow=val, depth_aware_capacity=da, bound=bound, gap=gap,
+        incumbent_source=best_name, solves=tuple(solves), time_s=time.perf_counter() - t0, problem=p,
+    )

@@ -1,0 +1,272 @@
+"""Evaluate a concrete placement: Helix-semantics max flow and the depth-aware capacity.
+
+Helix semantics (seed 000 §4.3): each stage unit u is split into u:in -> u:out with capacity
+T_u(k_u); source -> u:in if u holds layer 0 (capacity bandwidth / token bytes); u:out -> sink if
+u holds the last layer; u:out -> v:in if end_u == start_v (partial inference: start_v <= end_u <
+end_v), capacity bandwidth / activation bytes. The max flow is the serving throughput in
+prompt + decode tokens/s. In chains mode only the chain's own consecutive edges exist.
+
+Depth-aware capacity (the default objective; refines Helix's per-node T(k), which assumes every
+node owns a KV-limited batch). For a chain of d stages, stage i holding k_i layers:
+
+    s      = mean context (input + output / 2 unless given)
+    C_i    = min(max_num_seqs, KV_i(k_i) / (k_i * s))          requests stage i can keep in flight
+    C      = min_i C_i                                          vLLM keeps the minimum over workers
+    b      = C / d                                              micro-batch: d in flight keep d stages busy
+    t_i(b) = k_i * (t_dec_i(b) + b * (I/O) * t_pre_i(chunk) / chunk) + overhead / d
+             one engine step: b decode tokens plus the chunked-prefill share of I/O prompt tokens
+             per decode token (prefill priced per token at a full chunk, so weights load once)
+    H      = sum of hop times i -> i+1 (latency + b (1 + I/O) activation bytes / bandwidth)
+             plus the wrap hop last -> first that returns sampled tokens to the driver
+    X      = min(b / max_i t_i(b), C / (sum_i t_i(b) + H))      decode steps / s (stage vs latency)
+    cap    = X * (1 + I/O)                                      prompt + decode tokens/s, Helix's unit
+
+For shared (per-request) pipelines a max flow is decomposed into paths p with flows f_p; each path
+gets the share f_p / f_u of every unit's KV (C_p = min_u share * C_u), nodes batch the
+micro-batches of all their paths together (B_u = sum_p C_p / d_p), and
+    max sum_p X_p  s.t.  sum_{p through u} X_p t_u(B_u) / B_u <= 1  (unit u busy at most 100%)
+                         X_p <= C_p / (sum_{u in p} t_u(B_u) + H_p)   (round trip of path p)
+which reduces exactly to the chain formula for a single path (Helix's wrap hop goes through
+the coordinator: sink link + source link). A placement has many maximum flows and they decompose
+differently, so `shared_depth_aware` takes the best of the flows four max-flow algorithms return
+(the comparison gives the shared baselines the benefit of the doubt).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+from scipy.optimize import linprog
+
+from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem, StageProfile
+from hetcompile.placement.result import StageUnit
+from hetcompile.placement.tables import host, interp, node_pair_cap
+
+# -- Helix semantics --------------------------------------------------------------------------
+
+
+def unit_profile(p: PlacementProblem, u: StageUnit) -> StageProfile:
+    return p.groups[u.gi].profile(u.tp)
+
+
+def edge_allowed(a: StageUnit, b: StageUnit, partial: bool) -> bool:
+    if a.unit == b.unit:
+        return False
+    if partial:
+        return b.start <= a.end < b.end
+    return a.end == b.start
+
+
+def flow_graph(
+    p: PlacementProblem, units: Sequence[StageUnit], chains: Sequence[Sequence[str]] | None = None, partial: bool = False
+) -> nx.DiGraph:
+    """The Helix graph of a placement; `chains` restricts edges to consecutive chain stages."""
+    L = p.num_layers
+    G = nx.DiGraph()
+    G.add_node(SOURCE)
+    G.add_node(SINK)
+    by_id = {u.unit: u for u in units}
+    for u in sorted(units, key=lambda u: u.unit):
+        G.add_edge((u.unit, "in"), (u.unit, "out"), capacity=unit_profile(p, u).T(u.layers))
+    if chains is None:
+        for u in sorted(units, key=lambda u: u.unit):
+            if u.start == 0:
+                G.add_edge(SOURCE, (u.unit, "in"), capacity=p.edge_capacity(SOURCE, u.node))
+            if u.end == L:
+                G.add_edge((u.unit, "out"), SINK, capacity=p.edge_capacity(u.node, SINK))
+            for v in sorted(units, key=lambda v: v.unit):
+                if edge_allowed(u, v, partial):
+                    _add_link(G, p, u.unit, v.unit)
+    else:
+        for chain in chains:
+            first, last = by_id[chain[0]], by_id[chain[-1]]
+            G.add_edge(SOURCE, (first.unit, "in"), capacity=p.edge_capacity(SOURCE, first.node))
+            G.add_edge((last.unit, "out"), SINK, capacity=p.edge_capacity(last.node, SINK))
+            for a, b in zip(chain, chain[1:]):
+                _add_link(G, p, a, b)
+    return G
+
+
+def _add_link(G: nx.DiGraph, p: PlacementProblem, a: str, b: str) -> None:
+    cap = node_pair_cap(p, a, b)
+    if math.isinf(cap):
+        G.add_edge((a, "out"), (b, "in"))  # no capacity attribute: unbounded for networkx
+    else:
+        G.add_edge((a, "out"), (b, "in"), capacity=cap)
+
+
+def helix_flow(
+    p: PlacementProblem, units: Sequence[StageUnit], chains: Sequence[Sequence[str]] | None = None, partial: bool = False
+) -> tuple[float, dict]:
+    """(max flow value, networkx flow dict) of a placement in Helix's semantics."""
+    G = flow_graph(p, units, chains, partial)
+    if not any(True for _ in G.successors(SOURCE)) or not any(True for _ in G.predecessors(SINK)):
+        return 0.0, {}
+    value, flow = nx.maximum_flow(G, SOURCE, SINK, flow_func=nx.algorithms.flow.boykov_kolmogorov)
+    return float(value), flow
+
+
+def edge_flows(flow: dict, tol: float = 1e-9) -> tuple[tuple[str, str, float], ...]:
+    """Unit-level edges with positive flow (the u:in -> u:out arcs are node throughput, dropped)."""
+    out = []
+    for a, nbrs in flow.items():
+        for b, f in nbrs.items():
+            if f <= tol:
+                continue
+            ua = a if isinstance(a, str) else a[0]
+            ub = b if isinstance(b, str) else b[0]
+            if ua != ub:
+                out.append((ua, ub, float(f)))
+    return tuple(sorted(out))
+
+
+def decompose_paths(flow: dict, tol: float = 1e-7) -> list[tuple[tuple[str, ...], float]]:
+    """Split a source-sink flow into paths of units (deterministic: widest edge first)."""
+    res = {a: {b: f for b, f in nb.items() if f > tol} for a, nb in flow.items()}
+    paths = []
+    for _ in range(10_000):
+        if not res.get(SOURCE):
+            break
+        node, path, width, seen = SOURCE, [SOURCE], math.inf, {SOURCE}
+        while node != SINK:
+            nxt = sorted(res.get(node, {}).items(), key=lambda kv: (-kv[1], str(kv[0])))
+            if not nxt:
+                break
+            node = nxt[0][0]
+            width = min(width, nxt[0][1])
+            if node in seen:
+                break
+            seen.add(node)
+            path.append(node)
+        if node != SINK:  # only round-off residue is left (conservation holds on the rest)
+            break
+        for a, b in zip(path, path[1:]):
+            res[a][b] -= width
+            if res[a][b] <= tol:
+                del res[a][b]
+        units = tuple(dict.fromkeys(x[0] for x in path[1:-1]))
+        paths.append((units, width))
+    return paths
+
+
+# -- depth-aware capacity ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChainEval:
+    capacity: float  # tokens/s
+    concurrency: float
+    concurrency_limit: str
+    micro_batch: float
+    binding: str
+    stage_times: tuple[float, ...]
+    hops_s: float
+
+
+def unit_concurrency(p: PlacementProblem, u: StageUnit) -> float:
+    prof = unit_profile(p, u)
+    kv = prof.kv_token_layers[u.layers - 1] / (u.layers * p.model.context_tokens)
+    mc = p.model.max_concurrency
+    return min(kv, float(mc)) if mc is not None else kv
+
+
+def step_time(p: PlacementProblem, prof: StageProfile, k: int, batch: float, depth: int) -> float:
+    """t_i(b): one engine step of `batch` sequences through k layers (decode + prefill share)."""
+    m = p.model
+    chunk = float(m.prefill_chunk_tokens)
+    per_tok = interp(prof.prefill_time, chunk) / chunk
+    dec = interp(prof.decode_time, max(batch, 1e-9))
+    return k * (dec + batch * (m.input_tokens / m.output_tokens) * per_tok) + m.step_overhead_s / max(depth, 1)
+
+
+def hop_time(p: PlacementProblem, a: str, b: str, batch: float, tokens_only: bool = False) -> float:
+    if host(a) == host(b) and a not in (SOURCE, SINK) and b not in (SOURCE, SINK):
+        return 0.0
+    lk = p.link(host(a), host(b))
+    m = p.model
+    size = m.token_bytes if tokens_only else m.activation_bytes * (1.0 + m.input_tokens / m.output_tokens)
+    return lk.latency + batch * size / lk.bandwidth
+
+
+def chain_eval(p: PlacementProblem, stages: Sequence[StageUnit]) -> ChainEval:
+    """Depth-aware capacity of one chain (stages in order)."""
+    d = len(stages)
+    concs = [unit_concurrency(p, u) for u in stages]
+    j = int(np.argmin(concs))
+    C = max(concs[j], 1e-9)
+    mc = p.model.max_concurrency
+    limit = "max-num-seqs" if mc is not None and C >= mc - 1e-9 else f"kv:{stages[j].unit}"
+    b = C / d
+    times = [step_time(p, unit_profile(p, u), u.layers, b, d) for u in stages]
+    hops = sum(hop_time(p, a.unit, c.unit, b) for a, c in zip(stages, stages[1:]))
+    if d > 1:
+        hops += hop_time(p, stages[-1].unit, stages[0].unit, b, tokens_only=True)
+    i = int(np.argmax(times))
+    stage_term = b / times[i]
+    lat_term = C / (sum(times) + hops)
+    X = min(stage_term, lat_term)
+    m = p.model
+    return ChainEval(
+        capacity=X * (1.0 + m.input_tokens / m.output_tokens), concurrency=C, concurrency_limit=limit,
+        micro_batch=b, binding=f"stage:{stages[i].unit}" if stage_term <= lat_term else "latency",
+        stage_times=tuple(times), hops_s=hops,
+    )
+
+
+FLOW_ALGORITHMS = (
+    nx.algorithms.flow.boykov_kolmogorov, nx.algorithms.flow.preflow_push, nx.algorithms.flow.edmonds_karp,
+    nx.algorithms.flow.dinitz,
+)
+
+
+def shared_depth_aware(p: PlacementProblem, units: Sequence[StageUnit], partial: bool = False) -> float:
+    """Depth-aware capacity of shared pipelines: the best over several maximum flows."""
+    G = flow_graph(p, units, None, partial)
+    if G.out_degree(SOURCE) == 0 or G.in_degree(SINK) == 0:
+        return 0.0
+    best = 0.0
+    for algo in FLOW_ALGORITHMS:
+        _, flow = nx.maximum_flow(G, SOURCE, SINK, flow_func=algo)
+        best = max(best, shared_capacity(p, units, decompose_paths(flow)))
+    return best
+
+
+def shared_capacity(p: PlacementProblem, units: Sequence[StageUnit], paths: list[tuple[tuple[str, ...], float]]) -> float:
+    """Depth-aware capacity of per-request pipelines (the LP in the module docstring)."""
+    paths = [(pu, f) for pu, f in paths if f > 1e-9 and pu]
+    if not paths:
+        return 0.0
+    by_id = {u.unit: u for u in units}
+    through: dict[str, float] = {}
+    for pu, f in paths:
+        for x in pu:
+            through[x] = through.get(x, 0.0) + f
+    conc = {x: unit_concurrency(p, by_id[x]) for x in through}
+    Cp = [min(f / through[x] * conc[x] for x in pu) for pu, f in paths]
+    bp = [c / len(pu) for c, (pu, _) in zip(Cp, paths)]
+    B = {x: 0.0 for x in through}
+    dmax = {x: 1 for x in through}
+    for b, (pu, _) in zip(bp, paths):
+        for x in pu:
+            B[x] += b
+            dmax[x] = max(dmax[x], len(pu))
+    t = {x: step_time(p, unit_profile(p, by_id[x]), by_id[x].layers, B[x], dmax[x]) for x in through}
+    nodes = sorted(through)
+    A, rhs = [], []
+    for x in nodes:
+        A.append([t[x] / B[x] if x in pu else 0.0 for pu, _ in paths])
+        rhs.append(1.0)
+    ub = []
+    for c, b, (pu, _) in zip(Cp, bp, paths):
+        hops = sum(hop_time(p, a, z, b) for a, z in zip(pu, pu[1:]))
+        first, last = by_id[pu[0]].node, by_id[pu[-1]].node
+        hops += p.link(last, SINK).latency + p.link(SOURCE, first).latency
+        ub.append(c / (sum(t[x] for x in pu) + hops))
+    res = linprog(-np.ones(len(paths)), A_ub=np.array(A), b_ub=np.array(rhs), bounds=[(0, u) for u in ub], method="highs")
+    X = -res.fun if res.status == 0 else 0.0
+    m = p.model
+    return float(X * (1.0 + m.input_tokens / m.output_tokens))

@@ -1,0 +1,169 @@
+"""`shared` mode: Helix's per-request pipelines (one stage may feed several), for comparison only.
+
+Pipeline (each step reports status / objective / bound / gap / time; time comes from the caller):
+  1. incumbents: Swarm, Petals, separate pipelines (exact max flow of each)
+  2. bound: capped fixed point, then the per-layer pattern LP (bound.py) from the incumbent up,
+     with the forced-crossing certificate when no region alone can hold a pipeline
+  3. blocks: price-and-branch between incumbent and bound (blocks.py); where inter-region links
+     bind, region segments with fans at the crossings (segments.py)
+  4. group-count MILP (milp_shared.py), warm-started from the best placement and capped by the
+     bound, only while the gap exceeds the caller's mip_gap and time is left
+  5. disaggregation to concrete nodes (+ node swaps where links bind); exact flow by networkx
+The reported flow is always the exact max flow of the returned placement; the bound is the
+smallest valid one (pattern LP, MILP dual bound); a timeout returns the best incumbent and its gap.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hetcompile.passes.solve import SolverOptions
+from hetcompile.placement import heuristics
+from hetcompile.placement.blocks import BlockSearch, realize
+from hetcompile.placement.bound import Crossing, PatternBound, fixed_point_bound
+from hetcompile.placement.evaluate import edge_flows, helix_flow, shared_depth_aware
+from hetcompile.placement.extract import improve_assignment, units_from_intervals
+from hetcompile.placement.milp_shared import build_model, extract_intervals, shared_tables, warm_start
+from hetcompile.placement.problem import PlacementProblem
+from hetcompile.placement.result import PlacementResult, SolveRecord, StageUnit
+from hetcompile.placement.segments import SegmentSearch, realize_segments
+from hetcompile.placement.solver import solve_warm
+from hetcompile.placement.tables import group_tables, network
+
+
+class Incumbent:
+    """Best placement so far (exact flow), with where it came from."""
+
+    def __init__(self) -> None:
+        self.units: list[StageUnit] = []
+        self.value = 0.0
+        self.source = "none"
+
+    def offer(self, units: list[StageUnit], value: float, source: str) -> bool:
+        if value > self.value * (1 + 1e-9) or (not self.units and units):
+            self.units, self.value, self.source = list(units), value, source
+            return True
+        return False
+
+
+def representative_pair_caps(p: PlacementProblem, net) -> dict[tuple[str, str], float]:
+    """Median node-pair capacity per binding region pair: what a crossing can count on per pair."""
+    by_region: dict[str, list[str]] = {}
+    for g in p.groups:
+        by_region.setdefault(g.region, []).extend(g.ids)
+    out = {}
+    for (r, s) in net.binding:
+        caps = sorted(p.edge_capacity(a, b) for a in by_region[r] for b in by_region[s] if a != b)
+        out[r, s] = caps[len(caps) // 2]
+    return out
+
+
+def forced_crossing(tables, net, L: int) -> Crossing | None:
+    """Every path crosses regions when no region alone holds L layers (bound.py, item 3)."""
+    cross = [c for (r, s), c in net.cap_max.items() if r != s]
+    if not cross or any(sum(t.count * t.kmax for t in tables if t.region == r) >= L for r in net.regions):
+        return None
+    return Crossing(pair_cap=max(cross))
+
+
+def _gap(value: float, bound: float | None) -> float | None:
+    if bound is None or value <= 0:
+        return None
+    return max(0.0, bound - value) / value
+
+
+def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool = False,
+                 objective: str = "helix") -> PlacementResult:
+    t0 = time.perf_counter()
+    budget = float(options.time_limit_s)
+
+    reserve = min(3.0, 0.05 * budget)  # final flow, paths and depth-aware evaluation
+
+    def left() -> float:
+        return budget - reserve - (time.perf_counter() - t0)
+
+    L = p.num_layers
+    tables = group_tables(p, split=False)
+    net = network(p)
+    inc = Incumbent()
+    solves: list[SolveRecord] = []
+
+    def record(name: str, status: str, obj: float | None, bnd: float | None, t: float) -> None:
+        solves.append(SolveRecord(name, status, obj, bnd, _gap(obj or 0.0, bnd), t))
+
+    for name, fn in (("swarm", heuristics.swarm), ("petals", heuristics.petals)):
+        ts = time.perf_counter()
+        units, val = fn(p, tables, partial)
+        inc.offer(units, val, name)
+        record(name, "feasible" if val > 0 else "no-solution", val, None, time.perf_counter() - ts)
+    ts = time.perf_counter()
+    units, _ = heuristics.separate_pipelines(p, tables)
+    val, _ = helix_flow(p, units, partial=partial)
+    inc.offer(units, val, "separate-pipelines")
+    record("separate-pipelines", "feasible" if val > 0 else "no-solution", val, None, time.perf_counter() - ts)
+
+    ts = time.perf_counter()
+    coord = min(sum(net.src_cap.get(t.gi, 0.0) * t.count for t in tables),
+                sum(net.snk_cap.get(t.gi, 0.0) * t.count for t in tables))
+    bound = min(fixed_point_bound(tables, L), coord)
+    record("fixed-point-bound", "bound", None, bound, time.perf_counter() - ts)
+    if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
+        pb = PatternBound(tables, L, forced_crossing(tables, net, L)).bound(inc.value, bound, time_limit_s=max(0.5, 0.25 * left()),
+                                           rel_tol=max(1e-6, min(2e-4, options.mip_gap / 10)))
+        bound = min(bound, pb.value)
+        record("pattern-bound", "bound", None, bound, pb.time_s)
+
+    if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
+        ts = time.perf_counter()
+        sol = BlockSearch(tables, L).search(inc.value, bound, time_limit_s=max(0.5, 0.3 * left()),
+                                            rel_tol=max(options.mip_gap / 4, 1e-4))
+        if sol is not None:
+            ids = [list(p.groups[t.gi].ids) for t in tables]
+            units = list(realize(tables, sol, ids))
+            val, _ = helix_flow(p, units, partial=partial)
+            if net.binding:
+                units, val = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, 0.1 * left()))
+            inc.offer(units, val, "blocks")
+        record("blocks", "feasible" if sol else "no-solution", sol.flow_target if sol else None, bound,
+               time.perf_counter() - ts)
+
+    if net.binding and (_gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap):
+        ts = time.perf_counter()
+        seg = SegmentSearch(tables, L, representative_pair_caps(p, net)).search(
+            inc.value, bound, time_limit_s=max(0.5, 0.3 * left()), rel_tol=max(options.mip_gap / 4, 1e-4))
+        if seg is not None:
+            units = realize_segments(tables, seg, [list(p.groups[t.gi].ids) for t in tables])
+            units, val = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, 0.1 * left()))
+            inc.offer(units, val, "segments")
+        record("segments", "feasible" if seg else "no-solution", seg.flow_target if seg else None, bound,
+               time.perf_counter() - ts)
+
+    if (_gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap) and left() > 1.0:
+        ts = time.perf_counter()
+        st = shared_tables(tables, net, L, bound, partial)
+        m = build_model(st)
+        val, flow = helix_flow(p, inc.units, partial=partial)
+        warm_start(m, st, inc.units, flow, val)
+        opts = SolverOptions(time_limit_s=max(0.2, left()), mip_gap=options.mip_gap, threads=options.threads,
+                             seed=options.seed)
+        build_s = time.perf_counter() - ts
+        res = solve_warm(m, opts, name="place-shared-milp", warm=True)
+        if res.has_solution:
+            units = units_from_intervals(p, tables, extract_intervals(m, st))
+            v, _ = helix_flow(p, units, partial=partial)
+            if net.binding:
+                units, v = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, min(reserve, 5.0)))
+            inc.offer(units, v, "milp")
+        if res.bound is not None and not net.binding:  # with binding links the MILP is a restriction
+            bound = min(bound, res.bound)
+        solves.append(SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, res.time_s + build_s))
+
+    val, flow = helix_flow(p, inc.units, partial=partial)
+    da = shared_depth_aware(p, inc.units, partial)
+    bound = max(bound, val)  # round-off: never report a bound below the flow verified
+    return PlacementResult(
+        problem_name=p.name, mode="shared", objective=objective, units=tuple(sorted(inc.units, key=lambda u: (u.start, u.unit))),
+        chains=(), edge_flows=edge_flows(flow), helix_flow=val, depth_aware_capacity=da, bound=bound,
+        gap=_gap(val, bound), incumbent_source=inc.source, solves=tuple(solves), time_s=time.perf_counter() - t0,
+        partial_inference=partial, problem=p,
+    )

@@ -1,0 +1,158 @@
+"""Layer splits of one chain: Helix's bottleneck split and the depth-aware split.
+
+A chain is an ordered list of stage *slots* (node, group, TP, slice). Both optimizers choose
+k_i >= 1 with sum k_i = L and k_i <= K_i.
+
+- `helix_split`: maximize min_i T_i(k_i) (DP over stages and layers; exact for any T).
+- `depth_split`: maximize the depth-aware capacity of evaluate.py. For a concurrency candidate c
+  (every value min(max_num_seqs, KV_i(k) / (k s)) is a breakpoint) each stage may hold at most
+  kcap_i(c) layers (KV keeps c requests); with b = c / d the per-layer step time tau_i(b) is
+  fixed, so the slowest stage is minimized by water-filling: the smallest t with
+  sum_i min(kcap_i, floor((t - o) / tau_i)) >= L. Then cap(c) = (1 + I/O) min(b / t,
+  c / (sum_i t_i + hops(b))); the best c wins. Surplus layers come off the slowest stages.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from hetcompile.placement.problem import PlacementProblem, StageProfile
+from hetcompile.placement.result import StageUnit
+from hetcompile.placement.tables import host, interp
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One stage of a chain before its layers are known."""
+
+    node: str
+    gi: int
+    tp: int
+    slice: int  # index of the TP slice on the node (0 for a whole node)
+    native: bool
+
+    @property
+    def unit(self) -> str:
+        return self.node if self.native else f"{self.node}#{self.slice}"
+
+    def stage(self, start: int, end: int) -> StageUnit:
+        gpus = tuple(range(self.slice * self.tp, (self.slice + 1) * self.tp))
+        return StageUnit(self.unit, self.node, self.gi, self.tp, gpus, start, end)
+
+
+def profile(p: PlacementProblem, s: Slot) -> StageProfile:
+    return p.groups[s.gi].profile(s.tp)
+
+
+def stages_from_split(slots: list[Slot], ks: list[int]) -> list[StageUnit]:
+    out, a = [], 0
+    for s, k in zip(slots, ks):
+        out.append(s.stage(a, a + k))
+        a += k
+    return out
+
+
+def helix_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int]]:
+    """(min T, layer counts) maximizing the chain's bottleneck T; (0, []) if L does not fit."""
+    Ts = tuple(tuple(profile(p, s).throughput) for s in slots)
+    return _helix_split(Ts, p.num_layers)
+
+
+@lru_cache(maxsize=50_000)
+def _helix_split(Ts: tuple[tuple[float, ...], ...], L: int) -> tuple[float, list[int]]:
+    d = len(Ts)
+    if d == 0 or d > L or sum(len(T) for T in Ts) < L:
+        return 0.0, []
+    NEG = -1.0
+    f = [[NEG] * (L + 1) for _ in range(d + 1)]
+    arg = [[0] * (L + 1) for _ in range(d + 1)]
+    f[0][0] = math.inf
+    for i, T in enumerate(Ts, 1):
+        for ell in range(i, L + 1):
+            best, bk = NEG, 0
+            for k in range(1, min(len(T), ell) + 1):
+                prev = f[i - 1][ell - k]
+                if prev < 0:
+                    continue
+                val = min(prev, T[k - 1])
+                if val > best:
+                    best, bk = val, k
+            f[i][ell], arg[i][ell] = best, bk
+    if f[d][L] <= 0:
+        return 0.0, []
+    ks, ell = [], L
+    for i in range(d, 0, -1):
+        ks.append(arg[i][ell])
+        ell -= arg[i][ell]
+    return float(f[d][L]), ks[::-1]
+
+
+def _hop_params(p: PlacementProblem, slots: list[Slot]) -> tuple[float, float, float]:
+    """(sum of hop latencies, activation seconds per sequence, token seconds per sequence)."""
+    m = p.model
+    lat, act = 0.0, 0.0
+    per_seq = m.activation_bytes * (1.0 + m.input_tokens / m.output_tokens)
+    for a, b in zip(slots, slots[1:]):
+        if host(a.unit) == host(b.unit):
+            continue
+        lk = p.link(a.node, b.node)
+        lat += lk.latency
+        act += per_seq / lk.bandwidth
+    tok = 0.0
+    if len(slots) > 1 and slots[-1].node != slots[0].node:
+        lk = p.link(slots[-1].node, slots[0].node)
+        lat += lk.latency
+        tok = m.token_bytes / lk.bandwidth
+    return lat, act, tok
+
+
+def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int]]:
+    """(depth-aware tokens/s, layer counts) of the best split; (0, []) if L does not fit."""
+    L = p.num_layers
+    d = len(slots)
+    profs = [profile(p, s) for s in slots]
+    K = np.array([pr.max_layers for pr in profs])
+    if d == 0 or d > L or K.sum() < L:
+        return 0.0, []
+    m = p.model
+    ctx = m.context_tokens
+    mc = float(m.max_concurrency) if m.max_concurrency is not None else math.inf
+    conc = [np.minimum(mc, np.array(pr.kv_token_layers) / (np.arange(1, pr.max_layers + 1) * ctx)) for pr in profs]
+    cands = sorted({float(x) for c in conc for x in c if x > 0}, reverse=True)
+    ratio = m.input_tokens / m.output_tokens
+    chunk = float(m.prefill_chunk_tokens)
+    pre = np.array([interp(pr.prefill_time, chunk) / chunk for pr in profs])
+    lat, act, tok = _hop_params(p, slots)
+    o = m.step_overhead_s / d
+    best, best_ks = 0.0, []
+    for c in cands:
+        kcap = np.array([int(np.sum(cc >= c * (1 - 1e-12))) for cc in conc])  # conc is decreasing in k
+        if kcap.min() < 1 or kcap.sum() < L:
+            continue
+        b = c / d
+        tau = np.array([interp(pr.decode_time, b) for pr in profs]) + b * ratio * pre
+        grid = np.unique(np.concatenate([np.arange(1, kc + 1) * tk for kc, tk in zip(kcap, tau)]))
+        cover = np.minimum(kcap[None, :], np.floor(grid[:, None] / tau[None, :] + 1e-9)).sum(axis=1)
+        ok = np.nonzero(cover >= L)[0]
+        if not len(ok):
+            continue
+        t_star = grid[ok[0]]
+        ks = np.minimum(kcap, np.floor(t_star / tau + 1e-9)).astype(int)
+        if ks.min() < 1:
+            continue
+        surplus = int(ks.sum() - L)
+        while surplus > 0:  # shave the slowest stages first (keeps the max, shortens the round trip)
+            i = int(np.argmax(np.where(ks > 1, ks * tau, -1.0)))
+            ks[i] -= 1
+            surplus -= 1
+        times = ks * tau + o
+        hops = lat + b * act + b * tok
+        X = min(b / times.max(), c / (times.sum() + hops))
+        cap = X * (1.0 + ratio)
+        if cap > best * (1 + 1e-12):
+            best, best_ks = cap, [int(k) for k in ks]
+    return float(best), best_ks
