@@ -6,7 +6,8 @@ per request by the plan's policy: weighted (smooth WRR, Helix §5.1), kv-aware m
 
 Modules: classify (request features, workload class), policies (the math and the pickers),
 state (per-replica counters), table (load and compile the table), health (polling),
-metrics (Prometheus text), proxy (the hot path), app (aiohttp app, reload, `serve`).
+metrics (Prometheus text), upstream (the pooled HTTP/1.1 client of the hot path), proxy (the
+hot path), app (aiohttp app, reload, `serve`).
 
 Entry points: `serve(table, host, port, policy, auth_token, options=...)` blocks;
 `Router(table, ...)` with `await start()` / `await stop()` runs inside an event loop;

@@ -19,7 +19,6 @@ r.start()` ... `await r.stop()`; `build_app(router)` gives the bare `web.Applica
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 from dataclasses import asdict, dataclass
@@ -33,6 +32,7 @@ from hetcompile.router.health import HealthMonitor
 from hetcompile.router.metrics import RouterMetrics
 from hetcompile.router.proxy import Proxy, error_response
 from hetcompile.router.table import RouteTable, RouterError, compile_table, load_table
+from hetcompile.router.upstream import UpstreamPool
 
 log = logging.getLogger("hetcompile.router")
 
@@ -50,7 +50,7 @@ class RouterOptions:
     health_timeout: float = 2.0
     fail_threshold: int = 3  # consecutive failures that eject a replica
     rise_threshold: int = 2  # consecutive successful polls that re-admit it
-    kv_high_water: float = 1.0  # kv-aware: mask when u_s + request/KV_s passes this
+    kv_high_water: float = 0.95  # kv-aware: mask when u_s + request/KV_s passes this (vLLM preempts at 1)
     theta: float = 2.0  # min-max: w = T·exp(θ·kvusage), 004 uses θ = 2
     upstream_keepalive: float = 4.0  # idle pooled connections are closed before vLLM's (uvicorn, 5 s) do
     access_log: bool = False
@@ -85,7 +85,8 @@ class Router:
         self.options = options or RouterOptions()
         self.metrics = RouterMetrics(lambda: self.table.replicas.values())
         self.table: RouteTable = self._compile(None)
-        self.session: aiohttp.ClientSession | None = None
+        self.session: aiohttp.ClientSession | None = None  # health polls
+        self.upstream: UpstreamPool | None = None  # proxied requests (the hot path)
         self.health: HealthMonitor | None = None
         self.app = build_app(self)
         self._runner: web.AppRunner | None = None
@@ -96,13 +97,11 @@ class Router:
 
     def _compile(self, previous) -> RouteTable:
         o = self.options
-        t = compile_table(
-            load_table(self.table_path),
-            previous,
-            policy_override=self.policy_override,
-            high_water=o.kv_high_water,
-            theta=o.theta,
-        )
+        source = load_table(self.table_path)
+        try:
+            t = compile_table(source, previous, policy_override=self.policy_override, high_water=o.kv_high_water, theta=o.theta)
+        except ValueError as e:
+            raise RouterError(f"routing table {self.table_path}: {e}") from None
         self.metrics.table_info.values = {(t.source.plan, t.source.spec_hash): 1.0}
         return t
 
@@ -127,20 +126,14 @@ class Router:
 
     async def _open(self) -> None:
         o = self.options
-        connector = aiohttp.TCPConnector(
-            limit=0,  # no global cap: thousands of concurrent streams each hold a connection
-            limit_per_host=0,
-            keepalive_timeout=o.upstream_keepalive,
-            ttl_dns_cache=300,
+        # no cap on connections: thousands of concurrent streams each hold one
+        self.upstream = UpstreamPool(
+            connect_timeout=o.connect_timeout, read_timeout=o.read_timeout, keepalive=o.upstream_keepalive
         )
         self.session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(
-                total=None, connect=o.connect_timeout, sock_connect=o.connect_timeout, sock_read=o.read_timeout
-            ),
-            auto_decompress=False,  # bytes pass through as the replica sent them
-            skip_auto_headers=("Accept-Encoding",),  # so the replica sends identity bodies
-            cookie_jar=aiohttp.DummyCookieJar(),  # one session serves every client: never keep cookies
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=o.upstream_keepalive),
+            timeout=aiohttp.ClientTimeout(total=o.health_timeout),
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         self.health = HealthMonitor(
             self.session,
@@ -158,6 +151,9 @@ class Router:
         if self.session is not None:
             await self.session.close()
             self.session = None
+        if self.upstream is not None:
+            self.upstream.close()
+            self.upstream = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on host:port (0 = an ephemeral port); returns the base URL."""
@@ -319,6 +315,7 @@ def serve(
     Raises `RouterError` for a bad table or option before anything listens.
     """
     router = Router(table, policy=policy, auth_token=auth_token, options=options)
+    _raise_fd_limit()
     if use_uvloop:
         try:
             import uvloop  # optional: a faster event loop when installed
@@ -328,3 +325,17 @@ def serve(
             return uvloop.run(_serve(router, host, port))
     asyncio.run(_serve(router, host, port))
 
+
+
+def _raise_fd_limit() -> None:
+    """Each proxied request holds two sockets: lift the soft open-files limit to the hard one."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else max(soft, 65536), hard))
+        except (ValueError, OSError):
+            pass

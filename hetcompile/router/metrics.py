@@ -166,7 +166,7 @@ class RouterMetrics:
         r = self.registry = Registry()
         self.requests = r.add(Counter(P + "requests_total", "Requests answered, by model, workload class and HTTP status.", ("model", "class", "code")))
         self.errors = r.add(Counter(P + "errors_total", "Errors by kind (upstream_connect, upstream_5xx, stream_broken, no_replica, bad_request, client_disconnect, ...).", ("kind",)))
-        self.retries = r.add(Counter(P + "retries_total", "Attempts retried on another replica, by the replica that failed.", ("replica",)))
+        self.retries = r.add(Counter(P + "retries_total", "Failed attempts that were retried (on another replica while one is left), by the replica that failed.", ("replica",)))
         self.choices = r.add(Counter(P + "policy_choices_total", "Replica choices, by policy and replica.", ("policy", "replica")))
         self.kv_overflow = r.add(Counter(P + "kv_overflow_total", "kv-aware choices made with every candidate masked, by model and class.", ("model", "class")))
         self.reloads = r.add(Counter(P + "reloads_total", "Routing table reloads, by result.", ("result",)))

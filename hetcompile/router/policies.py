@@ -16,14 +16,17 @@ Notation (Helix §5.1-§5.2; seed 004 §4, eq. 5-8 and Alg. 2):
   L_s        004's instLoads[s]: sum of the workloads w_r^s of the unfinished requests on s
 
 Policies (a picker per workload class; every picker only sees the replicas the plan gave the
-class a positive weight, that have an endpoint, that are healthy and not excluded by a retry):
+class a positive weight, that have an endpoint, that are healthy and not excluded by a retry;
+when health checks have ejected every such replica, all deployed ones are candidates again,
+"panic mode"):
 
 - weighted: smooth weighted round robin (nginx's "smooth WRR", an interleaved WRR: every
   replica gets its share w_s of each window of picks, spread out, never in bursts; Helix §5.1).
 - kv-aware: Helix §5.2. Mask out every replica whose KV would pass the high-water mark with
-  this request (u_s + (I_r + Õ_r)/KV_s > hwm), or whose vLLM reported waiting requests at the
-  last poll with no completion since; run the weighted WRR over the rest. When every replica is
-  masked, send to the one with the lowest u_s (vLLM queues it) rather than refuse.
+  this request (u_s + (I_r + Õ_r)/KV_s > hwm, hwm = 0.95 by default, as vLLM starts preempting
+  at 1), or whose vLLM reported waiting requests at the last poll with no completion since;
+  run the weighted WRR over the rest. When every replica is masked, send to the one with the
+  lowest u_s (vLLM queues it) rather than refuse.
 - min-max: 004 Alg. 2. w_r^s = T_r^s · exp(θ · u_s); choose c = argmin_s max(L_1..L_s+w_r^s..L_n);
   L_c += w_r^c, released when r completes. (Alg. 2 line 8 starts minGlobalLoad at 0, which would
   never be beaten; it means +inf.)
@@ -161,8 +164,15 @@ class Picker:
     def eligible(self, exclude: Sequence["ReplicaState"] | None) -> list[int]:
         reps = self.replicas
         if exclude:
-            return [i for i in range(len(reps)) if reps[i].routable and reps[i] not in exclude]
-        return [i for i in range(len(reps)) if reps[i].routable]
+            el = [i for i in range(len(reps)) if reps[i].routable and reps[i] not in exclude]
+        else:
+            el = [i for i in range(len(reps)) if reps[i].routable]
+        if el:
+            return el
+        # panic mode (Envoy's panic threshold at its extreme): when every deployed candidate
+        # is ejected, health checks are more likely wrong (overload, a network blip) than every
+        # replica dead, so try them all rather than refuse; a dead one fails over as usual
+        return [i for i in range(len(reps)) if reps[i].endpoint is not None and not (exclude and reps[i] in exclude)]
 
     def choose(
         self, kv_tokens: float, prompt_tokens: float, output_tokens: float, exclude: Sequence["ReplicaState"] | None
@@ -187,7 +197,7 @@ class KvAwarePicker(Picker):
     name = "kv-aware"
     __slots__ = ("wrr", "high_water")
 
-    def __init__(self, replicas, weights, *, high_water: float = 1.0, **_):
+    def __init__(self, replicas, weights, *, high_water: float = 0.95, **_):
         super().__init__(replicas, weights)
         self.wrr = SmoothWRR(self.weights)
         self.high_water = high_water
@@ -242,15 +252,13 @@ class RoundRobinPicker(Picker):
         self.next = 0
 
     def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude):
-        reps = self.replicas
-        n = len(reps)
-        for k in range(n):
-            i = (self.next + k) % n
-            r = reps[i]
-            if r.routable and not (exclude and r in exclude):
-                self.next = i + 1
-                return r, 0.0, False
-        return None
+        el = self.eligible(exclude)
+        if not el:
+            return None
+        # the first eligible index at or after the cursor, wrapping around
+        i = next((j for j in el if j >= self.next), el[0])
+        self.next = i + 1
+        return self.replicas[i], 0.0, False
 
 
 class LeastOutstandingPicker(Picker):
@@ -262,15 +270,16 @@ class LeastOutstandingPicker(Picker):
         self.next = 0
 
     def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude):
+        el = self.eligible(exclude)
+        if not el:
+            return None
         reps = self.replicas
-        n = len(reps)
-        best = None
-        for k in range(n):
-            r = reps[(self.next + k) % n]
-            if r.routable and not (exclude and r in exclude) and (best is None or r.inflight < best.inflight):
-                best = r
-        self.next = (self.next + 1) % max(n, 1)
-        return None if best is None else (best, 0.0, False)
+        # ties go to the first eligible at or after a rotating cursor, so they spread out
+        k = next((p for p, j in enumerate(el) if j >= self.next), 0)
+        order = el[k:] + el[:k]
+        best = min(order, key=lambda j: reps[j].inflight)
+        self.next = (self.next + 1) % len(reps)
+        return reps[best], 0.0, False
 
 
 PICKERS: dict[str, type[Picker]] = {

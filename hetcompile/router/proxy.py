@@ -26,10 +26,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-import aiohttp
 from aiohttp import web
 
 from hetcompile.router.classify import BadRequest, match_class, parse_request, predicted_output_tokens
+from hetcompile.router.upstream import Response as UpstreamResponse
+from hetcompile.router.upstream import UpstreamError
 
 if TYPE_CHECKING:
     from hetcompile.router.app import Router
@@ -41,7 +42,7 @@ log = logging.getLogger("hetcompile.router")
 _FORWARD_HEADERS = ("X-Request-Id", "traceparent", "tracestate")
 # a stream with no event boundary for this long is passed on as it is rather than held
 _MAX_PENDING = 1 << 16
-_UPSTREAM_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+_UPSTREAM_ERRORS = (UpstreamError, OSError, asyncio.TimeoutError)
 
 
 def error_body(status: int, message: str, type_: str) -> bytes:
@@ -119,12 +120,12 @@ class Proxy:
         out_tokens = info.n_seqs * predicted_output_tokens(cls.output_tokens, info.max_tokens)
         kv_tokens = info.prompt_tokens + out_tokens  # I_r + Õ_r
 
-        headers = None
+        extra = b""
         for h in _FORWARD_HEADERS:
             v = request.headers.get(h)
-            if v is not None:
-                headers = headers or {}
-                headers[h] = v
+            if v is not None and "\r" not in v and "\n" not in v:
+                extra += f"{h}: {v}\r\n".encode("latin-1", "replace")
+        target = request.raw_path.encode("latin-1", "replace")
 
         picker = cls.picker
         tried: list["ReplicaState"] = []
@@ -144,12 +145,13 @@ class Proxy:
                 m.kv_overflow.inc((model.name, cls.name))
             lease = replica.acquire(kv_tokens, cost)
             try:
-                resp = await self.forward(request, replica, lease, body, headers, info.stream, final=attempt == self.max_retries)
+                resp = await self.forward(request, replica, lease, target, body, extra, info.stream, final=attempt == self.max_retries)
             except _Retry as r:
                 lease.release()
                 replica.passive_failure(self.fall)
                 m.errors.inc((r.kind,))
-                m.retries.inc((replica.id,))
+                if attempt < self.max_retries:
+                    m.retries.inc((replica.id,))
                 last_error = f"{replica.id}: {r.detail}"
                 tried.append(replica)
                 continue
@@ -165,7 +167,7 @@ class Proxy:
         if resp is None:
             if not tried:
                 m.errors.inc(("no_replica",))
-                resp = error_response(503, f"no healthy replica for model {model.name!r} class {cls.name!r}", "ServiceUnavailableError")
+                resp = error_response(503, f"no deployed replica for model {model.name!r} class {cls.name!r}", "ServiceUnavailableError")
             else:
                 m.errors.inc(("exhausted",))
                 resp = error_response(502, f"every attempt failed; last: {last_error}", "BadGatewayError")
@@ -178,29 +180,31 @@ class Proxy:
         request: web.Request,
         replica: "ReplicaState",
         lease: "Lease",
+        target: bytes,
         body: bytes,
-        extra_headers: dict | None,
+        extra: bytes,
         stream: bool,
         final: bool,
     ) -> web.StreamResponse:
         """One attempt. Raises `_Retry` when it failed before the client saw anything."""
-        headers = replica.headers
-        if extra_headers:
-            headers = {**headers, **extra_headers}
+        head = (
+            b"POST " + replica.base_path + target + b" HTTP/1.1\r\n" + replica.head_static + extra
+            + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+        )  # fmt: skip
         t0 = time.perf_counter()
         try:
-            up = await self.router.session.post(replica.endpoint + request.path_qs, data=body, headers=headers)
+            up = await self.router.upstream.request(replica.conn_key, head, body)
         except _UPSTREAM_ERRORS as e:
-            raise _Retry("upstream_connect", repr(e)) from None
+            raise _Retry("upstream_connect", str(e) or repr(e)) from None
         try:
             self.m.ttfb.observe((replica.id,), time.perf_counter() - t0)
-            ctype = up.headers.get("Content-Type", "application/json")
+            ctype = up.headers.get("content-type", "application/json")
             if stream and up.status == 200 and ctype.startswith("text/event-stream"):
                 return await self.stream(request, up, replica, lease, ctype)
             try:
                 data = await up.read()
             except _UPSTREAM_ERRORS as e:
-                raise _Retry("upstream_broken", repr(e)) from None
+                raise _Retry("upstream_broken", str(e) or repr(e)) from None
             lease.release()
             if up.status >= 500:
                 if not final:
@@ -218,15 +222,14 @@ class Proxy:
             up.release()
 
     async def stream(
-        self, request: web.Request, up: aiohttp.ClientResponse, replica: "ReplicaState", lease: "Lease", ctype: str
+        self, request: web.Request, up: UpstreamResponse, replica: "ReplicaState", lease: "Lease", ctype: str
     ) -> web.StreamResponse:
         """Pass an SSE stream through, event by event, as the upstream produces it."""
-        content = up.content
         # the first chunk decides between retry (nothing sent yet) and streaming
         try:
-            first = await content.readany()
+            first = await up.readany()
         except _UPSTREAM_ERRORS as e:
-            raise _Retry("upstream_broken", repr(e)) from None
+            raise _Retry("upstream_broken", str(e) or repr(e)) from None
         if not first:
             raise _Retry("upstream_broken", "stream ended before its first byte")
         out = web.StreamResponse(
@@ -256,9 +259,9 @@ class Proxy:
                 if chunk:
                     await out.write(chunk)  # raises ConnectionResetError when the client left
                 try:
-                    chunk = await content.readany()
+                    chunk = await up.readany()
                 except _UPSTREAM_ERRORS as e:
-                    broke = repr(e)
+                    broke = str(e) or repr(e)
                     break
                 if not chunk:
                     break

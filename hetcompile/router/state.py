@@ -12,6 +12,7 @@ import os
 
 from hetcompile.ir.routing import RoutedReplica
 from hetcompile.router.policies import corrected_kv_usage
+from hetcompile.router.upstream import parse_endpoint
 
 log = logging.getLogger("hetcompile.router")
 
@@ -38,7 +39,7 @@ class ReplicaState:
 
     __slots__ = (
         "id", "model", "endpoint", "kv_capacity", "max_num_seqs", "prefill_tps", "decode_tps",
-        "headers", "routable", "healthy", "fails", "oks",
+        "headers", "conn_key", "base_path", "head_static", "routable", "healthy", "fails", "oks",
         "inflight", "inflight_kv", "load",
         "obs_kv", "obs_running", "obs_waiting", "est_at_poll", "released_since_poll",
     )  # fmt: skip
@@ -63,6 +64,15 @@ class ReplicaState:
         self.id = spec.id
         self.model = spec.model
         self.endpoint = spec.endpoint.rstrip("/") if spec.endpoint else None
+        self.conn_key = None
+        self.base_path = b""
+        host = b""
+        if self.endpoint is not None:
+            try:
+                self.conn_key, host, self.base_path = parse_endpoint(self.endpoint)
+            except ValueError as e:
+                log.error("replica %s: %s; it gets no traffic", spec.id, e)
+                self.endpoint = None
         self.kv_capacity = float(spec.kv_capacity_tokens)
         self.max_num_seqs = spec.max_num_seqs
         self.prefill_tps = spec.prefill_tokens_per_s
@@ -74,7 +84,12 @@ class ReplicaState:
                 headers["Authorization"] = f"Bearer {key}"
             else:
                 log.warning("replica %s: env var %s (api_key_env) is not set; sending no credentials", spec.id, spec.api_key_env)
-        self.headers = headers
+        self.headers = headers  # for health polls (aiohttp)
+        # the fixed part of every proxied request's head, prebuilt once (proxy.py adds the
+        # request line, forwarded trace headers and Content-Length)
+        self.head_static = b"Host: " + host + b"\r\n" + b"".join(
+            f"{k}: {v}\r\n".encode("latin-1") for k, v in headers.items()
+        ) + b"User-Agent: hetcompile-router\r\n"
         self._refresh()
 
     def _refresh(self) -> None:

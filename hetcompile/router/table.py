@@ -77,7 +77,7 @@ def compile_table(
     previous: dict[str, ReplicaState] | None = None,
     *,
     policy_override: str | None = None,
-    high_water: float = 1.0,
+    high_water: float = 0.95,
     theta: float = 2.0,
 ) -> RouteTable:
     """Build the lookup structures; reuse `previous` states whose id and endpoint are unchanged."""

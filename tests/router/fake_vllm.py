@@ -17,9 +17,10 @@ import argparse
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Behavior:
 @dataclass
 class Record:
     path: str
-    headers: dict
+    headers: CIMultiDict
     body: bytes
 
 
@@ -131,7 +132,7 @@ class FakeVllm:
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         body = await request.read()
-        self.records.append(Record(request.path_qs, dict(request.headers), body))
+        self.records.append(Record(request.path_qs, CIMultiDict(request.headers), body))
         b = self.b
         if b.reset_on_request:
             request.transport.abort()
