@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import jinja2
-
 from hetcompile import __version__
+from hetcompile.backends.templating import render
 from hetcompile.backends.skypilot import cluster_name
 from hetcompile.ir.problem import Problem
 
-_env = jinja2.Environment(
-    loader=jinja2.PackageLoader("hetcompile.backends", "templates"),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    autoescape=False,
-)
 
 
 def context(ir: Problem) -> dict:
@@ -28,8 +21,8 @@ def context(ir: Problem) -> dict:
 
 
 def deploy_sh(ir: Problem) -> str:
-    return _env.get_template("deploy.sh.j2").render(**context(ir))
+    return render("deploy.sh.j2", **context(ir))
 
 
 def teardown_sh(ir: Problem) -> str:
-    return _env.get_template("teardown.sh.j2").render(**context(ir))
+    return render("teardown.sh.j2", **context(ir))

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import jinja2
-
 from hetcompile.backends.canon import canon
+from hetcompile.backends.templating import render
 
-_env = jinja2.Environment(
-    loader=jinja2.PackageLoader("hetcompile.backends", "templates"),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    autoescape=False,
-)
 
 
 def _f(x: object) -> str:
@@ -43,4 +36,4 @@ def summary(plan: dict) -> str:
 
 def plan_md(plan: dict) -> str:
     p = canon(plan)
-    return _env.get_template("plan.md.j2").render(p=p, t=p["totals"], summary=summary(p), f=_f, f2=_f2, pct=_pct)
+    return render("plan.md.j2", p=p, t=p["totals"], summary=summary(p), f=_f, f2=_f2, pct=_pct)

@@ -12,19 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import jinja2
-
 from hetcompile import __version__
+from hetcompile.backends.templating import render
 from hetcompile.ir.problem import Problem, Replica
 
 MASTER_PORT = 29501
 
-_env = jinja2.Environment(
-    loader=jinja2.PackageLoader("hetcompile.backends", "templates"),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    autoescape=False,
-)
 
 
 @dataclass(frozen=True)
@@ -65,11 +58,10 @@ def engine_flags(ir: Problem, r: Replica, rank: int) -> list[str]:
 
 def node_scripts(ir: Problem, r: Replica) -> list[NodeScript]:
     m = ir.model(r.model)
-    tmpl = _env.get_template("node.sh.j2")
     out = []
     d = len(r.stages)
     for rank, s in enumerate(r.stages):
-        text = tmpl.render(
+        text = render("node.sh.j2", 
             version=__version__, plan=ir.name, rid=r.id, model=m.name, rank=rank, nnodes=d, gpu=s.gpu, tp=s.tp,
             region=s.region, start=s.layer_start, end=s.layer_end, layers=m.arch.layers, weights=m.weights,
             head=rank == 0, multi=d > 1, port=ir.engine.port, partition=",".join(str(x.layers) for x in r.stages),

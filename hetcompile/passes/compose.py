@@ -55,7 +55,7 @@ def _per_h(x: float) -> str:
 def explain_unfit_model(ir: Problem, model: str) -> str:
     """Why no offered node set can hold `model`: the best each offer can do."""
     m = ir.model(model)
-    weights = sum([m.arch.layers * next(e for e in ir.perf if e.model == model).layer_bytes])
+    weights = m.arch.layers * next(e for e in ir.perf if e.model == model).layer_bytes
     lines = []
     for o in ir.offers:
         best = max((e for e in ir.perf if e.model == model and e.gpu == o.gpu and e.tp <= o.gpus_per_node), key=lambda e: e.max_layers)

@@ -1,0 +1,16 @@
+"""The one jinja2 environment of the backends: templates only lay out text, StrictUndefined."""
+
+from __future__ import annotations
+
+import jinja2
+
+env = jinja2.Environment(
+    loader=jinja2.PackageLoader("hetcompile.backends", "templates"),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
+
+
+def render(name: str, **context: object) -> str:
+    return env.get_template(name).render(**context)
