@@ -8,7 +8,9 @@ It never asserts on solver status: the caller decides what infeasibility means a
 typed error that names the binding constraint.
 
 HiGHS (via highspy) is driven through Pyomo's APPSI interface, which exposes the incumbent
-and the dual bound after a time-limited MIP solve.
+and the dual bound after a time-limited MIP solve. `warm_start=True` hands the variables' current
+values to HiGHS as a MIP start (APPSI's `warmstart`, HiGHS `setSolution`): a pass that already
+holds a good heuristic solution never ends a time-limited solve with less than it.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def _sense(model: pyo.ConcreteModel) -> Literal["min", "max"]:
     return "max" if objs[0].sense == pyo.maximize else "min"
 
 
-def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str) -> SolveResult:
+def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_start: bool = False) -> SolveResult:
     """Solve `model` with HiGHS; load the incumbent into the model's variables when there is one."""
     sense = _sense(model)
     solver = Highs()
@@ -78,6 +80,7 @@ def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str) -> Sol
     solver.config.mip_gap = float(options.mip_gap)
     solver.config.stream_solver = False
     solver.config.load_solution = False
+    solver.config.warmstart = bool(warm_start)
     solver.highs_options = {"threads": int(options.threads), "random_seed": int(options.seed)}
     start = time.perf_counter()
     try:

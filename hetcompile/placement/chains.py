@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import time
 
-from hetcompile.passes.solve import SolverOptions
+from hetcompile.passes.solve import SolverOptions, solve
 from hetcompile.placement import chains_milp
 from hetcompile.placement.chains_search import Chain, ChainSearch, order_slots, slots_of
 from hetcompile.placement.evaluate import chain_eval, edge_flows, helix_flow
 from hetcompile.placement.heuristics import group_chains
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.result import ChainInfo, PlacementResult, SolveRecord
-from hetcompile.placement.solver import solve_warm
 from hetcompile.placement.splits import stages_from_split
 from hetcompile.placement.tables import group_tables, network
 
@@ -63,7 +62,7 @@ def milp_chains(p: PlacementProblem, options: SolverOptions, seed: list[Chain], 
     ts = time.perf_counter()
     m = chains_milp.build_model(ct)
     warm = chains_milp.warm_start(m, ct, [_as_level(p, tables, c, search) for c in seed]) if seed else False
-    res = solve_warm(m, options, name="place-chains-milp", warm=warm)
+    res = solve(m, options, name="place-chains-milp", warm_start=bool(warm))
     chains: list[Chain] = []
     if res.has_solution:
         used: set[str] = set()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from hetcompile.passes.solve import SolverOptions
+from hetcompile.passes.solve import SolverOptions, solve
 from hetcompile.placement import heuristics
 from hetcompile.placement.blocks import BlockSearch, realize
 from hetcompile.placement.bound import Crossing, PatternBound, fixed_point_bound
@@ -27,7 +27,6 @@ from hetcompile.placement.milp_shared import build_model, extract_intervals, sha
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.result import PlacementResult, SolveRecord, StageUnit
 from hetcompile.placement.segments import SegmentSearch, realize_segments
-from hetcompile.placement.solver import solve_warm
 from hetcompile.placement.tables import group_tables, network
 
 
@@ -147,7 +146,7 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
         opts = SolverOptions(time_limit_s=max(0.2, left()), mip_gap=options.mip_gap, threads=options.threads,
                              seed=options.seed)
         build_s = time.perf_counter() - ts
-        res = solve_warm(m, opts, name="place-shared-milp", warm=True)
+        res = solve(m, opts, name="place-shared-milp", warm_start=True)
         if res.has_solution:
             units = units_from_intervals(p, tables, extract_intervals(m, st))
             v, _ = helix_flow(p, units, partial=partial)

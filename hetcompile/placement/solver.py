@@ -1,8 +1,6 @@
-"""Solver helpers local to placement, under the conventions of `hetcompile.passes.solve`.
+"""Small dense solves for placement's heuristics and bounds (the pass's own models go through
+`hetcompile.passes.solve.solve`, with `warm_start=True` for a MIP start).
 
-- `solve_warm`: the shared `solve` plus a MIP start (APPSI's `warmstart`, which passes the
-  Pyomo variables' current values to HiGHS `setSolution`). The shared wrapper has no such
-  switch yet; this mirrors it line for line otherwise (same SolveResult, same status rules).
 - `small_milp` / `small_lp`: tiny dense problems (pricing, integer masters) straight to
   highspy, silent, single-threaded; they are subroutines of heuristics and bounds, not models
   of the pass, so they skip Pyomo's build cost.
@@ -10,62 +8,10 @@
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
 
 import highspy
 import numpy as np
-import pyomo.environ as pyo
-from pyomo.contrib.appsi.base import TerminationCondition
-from pyomo.contrib.appsi.solvers import Highs
-
-from hetcompile.ir.errors import SolverError
-from hetcompile.passes.solve import SolveResult, SolverOptions, Status, relative_gap
-
-
-def solve_warm(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm: bool) -> SolveResult:
-    """`hetcompile.passes.solve.solve` with an optional MIP start from the variables' values."""
-    objs = list(model.component_data_objects(pyo.Objective, active=True))
-    if len(objs) != 1:
-        raise SolverError(f"model must have exactly one active objective, found {len(objs)}")
-    sense = "max" if objs[0].sense == pyo.maximize else "min"
-    solver = Highs()
-    if not solver.available():
-        raise SolverError("HiGHS is not available: install highspy (`pip install highspy`)")
-    solver.config.time_limit = max(float(options.time_limit_s), 0.01)
-    solver.config.mip_gap = float(options.mip_gap)
-    solver.config.stream_solver = False
-    solver.config.load_solution = False
-    solver.config.warmstart = bool(warm)
-    solver.highs_options = {"threads": int(options.threads), "random_seed": int(options.seed)}
-    start = time.perf_counter()
-    try:
-        res = solver.solve(model)
-    except Exception as exc:  # HiGHS/Pyomo internals: report as a solver error with the pass name
-        raise SolverError(f"{name}: HiGHS failed: {exc}") from exc
-    elapsed = time.perf_counter() - start
-    tc = res.termination_condition
-    objective = res.best_feasible_objective
-    bound = res.best_objective_bound
-    if objective is not None and not math.isfinite(objective):
-        objective = None
-    if tc == TerminationCondition.infeasible or tc == TerminationCondition.infeasibleOrUnbounded:
-        status: Status = "infeasible"
-    elif tc == TerminationCondition.unbounded:
-        status = "unbounded"
-    elif objective is None:
-        status = "no-solution"
-    elif tc == TerminationCondition.optimal:
-        status = "optimal"
-    else:
-        status = "feasible"
-    if status in ("optimal", "feasible"):
-        res.solution_loader.load_vars()
-    if bound is not None and not math.isfinite(bound):
-        bound = None
-    return SolveResult(name=name, status=status, objective=objective, bound=bound, gap=relative_gap(objective, bound),
-                       time_s=elapsed, sense=sense)
 
 
 @dataclass(frozen=True)
