@@ -12,7 +12,7 @@ per hour for the whole plan.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
@@ -21,19 +21,16 @@ from hetcompile.ir import units
 _UNIT_SCHEMA = {"anyOf": [{"type": "number"}, {"type": "string"}]}
 
 
-def _unit(parser, example: str):
-    def check(v: Any) -> float:
-        return parser(v)
-
-    return [BeforeValidator(check), WithJsonSchema({**_UNIT_SCHEMA, "examples": [example]})]
+def _schema(example: str) -> WithJsonSchema:
+    return WithJsonSchema({**_UNIT_SCHEMA, "examples": [example]})
 
 
-Bytes = Annotated[float, *_unit(units.parse_bytes, "80GB")]
-Bandwidth = Annotated[float, *_unit(units.parse_bandwidth, "10Gbps")]
-Duration = Annotated[float, *_unit(units.parse_duration, "150ms")]
-PricePerHour = Annotated[float, *_unit(units.parse_price_per_hour, "$2.99/h")]
-Rate = Annotated[float, *_unit(units.parse_rate, "4/s")]
-Fraction = Annotated[float, *_unit(units.parse_fraction, "1%")]
+Bytes = Annotated[float, BeforeValidator(units.parse_bytes), _schema("80GB")]
+Bandwidth = Annotated[float, BeforeValidator(units.parse_bandwidth), _schema("10Gbps")]
+Duration = Annotated[float, BeforeValidator(units.parse_duration), _schema("150ms")]
+PricePerHour = Annotated[float, BeforeValidator(units.parse_price_per_hour), _schema("$2.99/h")]
+Rate = Annotated[float, BeforeValidator(units.parse_rate), _schema("4/s")]
+Fraction = Annotated[float, BeforeValidator(units.parse_fraction), _schema("1%")]
 
 Objective = Literal["max-throughput", "min-cost", "max-throughput-per-dollar", "min-makespan"]
 Dtype = Literal["auto", "fp16", "bf16", "float16", "bfloat16"]
