@@ -77,12 +77,29 @@ def test_partitions_cover_model(name: str) -> None:
 def test_sky_tasks_load_with_skypilot(name: str, tmp_path: Path) -> None:
     from hetcompile.testing.sky_check import load_task
 
+    from hetcompile.testing.sky_check import load_job_group
+
+    plan = json.loads(built(name)["plan.json"])
+    mixed = {r["id"] for r in plan["replicas"] if r["mixed"]}
     tasks = {rel: text for rel, text in built(name).items() if rel.startswith("sky/")}
     for rel, text in tasks.items():
         path = tmp_path / rel.replace("/", "_")
         path.write_text(text)
-        task = load_task(path)
-        assert task.name and task.run, rel
+        rid = rel.removeprefix("sky/").removesuffix(".yaml")
+        if rid in mixed:  # a Job Group: one single-node task per stage, networked on Kubernetes
+            dag = load_job_group(path)
+            replica = next(r for r in plan["replicas"] if r["id"] == rid)
+            assert dag.is_job_group() and dag.inter_connection_enabled() and dag.primary_tasks == ["s0"], rel
+            assert [t.name for t in dag.tasks] == [f"s{k}" for k in range(replica["pp"])], rel
+            for k, (t, stage) in enumerate(zip(dag.tasks, replica["stages"])):
+                assert t.num_nodes == 1 and t.run, rel
+                (res,) = t.resources
+                assert res.accelerators == {stage["gpu"]: stage["tp"]}, rel
+                assert str(res.cloud) == "Kubernetes", rel
+                assert res.ports == (["8000"] if k == 0 else None), rel
+        else:
+            task = load_task(path)
+            assert task.name and task.run, rel
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

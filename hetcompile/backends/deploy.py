@@ -10,12 +10,18 @@ from hetcompile.ir.problem import Problem
 
 
 def context(ir: Problem) -> dict:
+    reps = [
+        {"id": r.id, "cluster": cluster_name(ir, r.id), "nodes": len(r.stages), "group": r.mixed,
+         "env": f"HC_ENDPOINT_{r.id.upper()}"}
+        for r in ir.replicas
+    ]
     return {
         "version": __version__,
         "plan": ir.name,
         "port": ir.engine.port,
         "router_port": ir.engine.router_port,
-        "replicas": [{"id": r.id, "cluster": cluster_name(ir, r.id), "nodes": len(r.stages)} for r in ir.replicas],
+        "replicas": reps,
+        "groups": [r for r in reps if r["group"]],
         "router_cluster": f"{ir.name}-router",
     }
 

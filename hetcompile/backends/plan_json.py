@@ -96,6 +96,7 @@ def plan_dict(ir: Problem) -> dict:
             }
         )
     routing = {}
+    out_placement = [p.model_dump(mode="json") for p in ir.placements]
     for m in ir.routing.models:
         for c in m.classes:
             routing[c.name] = {w.replica: w.weight for w in c.weights}
@@ -126,6 +127,7 @@ def plan_dict(ir: Problem) -> dict:
             {"name": p.name, "status": p.status, "objective": p.objective, "bound": p.bound, "gap": p.gap, "notes": list(p.notes)}
             for p in ir.reports
         ],
+        **({"placement": out_placement} if out_placement else {}),
     }
 
 

@@ -4,6 +4,14 @@ A single-type replica is an ordinary task: `num_nodes` = pipeline depth, `accele
 mp multi-node vLLM with the head's address from SKYPILOT_NODE_IPS (lowering_facts.md §6-7). The
 run section writes the very node scripts of `vllm/<replica>/` (byte for byte) and runs the one
 for this node's rank, so what runs in the cloud is what was checked and tested locally.
+
+A replica whose stages mix GPU types cannot be one task (a task's resources apply to all its
+nodes), so it is a Job Group (lowering_facts.md §8): a header with `execution: parallel`,
+`inter_connection: true` (hostname networking, Kubernetes only) and the head stage as primary
+task, then one single-node task per stage `s<k>` with its own accelerator. Stage k reaches the
+head as `s0-0.$SKYPILOT_JOBGROUP_NAME` and advertises its pod IP as VLLM_HOST_IP. A TP slice of
+a split multi-GPU node is its own stage task (a pod of `tp` GPUs). Launched with
+`sky jobs launch`, not `sky launch`.
 Task YAML is data: serialized from dicts, never templated.
 """
 
@@ -32,9 +40,7 @@ def cluster_name(ir: Problem, rid: str) -> str:
 def run_section(scripts: list[NodeScript]) -> str:
     lines = ["set -euo pipefail", "mkdir -p ~/hetcompile"]
     for s in scripts:
-        if HEREDOC in s.text:
-            raise BackendError(f"node script {s.path} contains the heredoc marker {HEREDOC}")
-        lines += [f"cat > ~/hetcompile/node{s.rank}.sh <<'{HEREDOC}'", s.text.rstrip("\n"), HEREDOC]
+        lines += _write_script(s)
     if len(scripts) > 1:
         lines += [
             'export HC_MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)',
@@ -46,9 +52,54 @@ def run_section(scripts: list[NodeScript]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_script(s: NodeScript) -> list[str]:
+    if HEREDOC in s.text:
+        raise BackendError(f"node script {s.path} contains the heredoc marker {HEREDOC}")
+    return [f"cat > ~/hetcompile/node{s.rank}.sh <<'{HEREDOC}'", s.text.rstrip("\n"), HEREDOC]
+
+
+def stage_task_name(rank: int) -> str:
+    return f"s{rank}"
+
+
+def job_group(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:
+    """A mixed replica as a multi-document Job Group YAML (see the module docstring)."""
+    nodes = {n.id: n for n in ir.nodes}
+    clouds = {nodes[s.node].cloud for s in r.stages}
+    if clouds != {"kubernetes"}:
+        raise BackendError(
+            f"replica {r.id} mixes GPU types across {', '.join(sorted(clouds))}: a mixed chain is a SkyPilot Job Group, "
+            "which networks its tasks on Kubernetes only; offer these GPUs in `cloud: kubernetes` regions, or use "
+            "`placement.pipelines: single-type`"
+        )
+    head = f"{stage_task_name(0)}-0.${{SKYPILOT_JOBGROUP_NAME}}"
+    docs: list[dict] = [{
+        "name": cluster_name(ir, r.id), "execution": "parallel", "inter_connection": True,
+        "primary_tasks": [stage_task_name(0)],
+    }]
+    for s, script in zip(r.stages, scripts):
+        resources: dict = {
+            "infra": "k8s",
+            "accelerators": f"{ir.gpu(s.gpu).sky_name}:{s.tp}",
+            "disk_size": ir.engine.disk_size,
+            "image_id": ir.engine.image,
+        }
+        if script.rank == 0:
+            resources["ports"] = ir.engine.port
+        run = ["set -euo pipefail", "mkdir -p ~/hetcompile", *_write_script(script),
+               f'export HC_MASTER_ADDR="{head}"', 'export VLLM_HOST_IP="$(hostname -i | cut -d" " -f1)"',
+               f"exec bash ~/hetcompile/node{script.rank}.sh"]
+        docs.append({
+            "name": stage_task_name(script.rank), "resources": resources, "num_nodes": 1,
+            "envs": {"HC_PLAN": ir.name, "HC_REPLICA": r.id, "HC_STAGE": str(script.rank)},
+            "secrets": {"HF_TOKEN": None}, "run": "\n".join(run) + "\n",
+        })
+    return "".join("---\n" + dumps_yaml(d) for d in docs)
+
+
 def replica_task(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:
     if r.mixed:
-        raise BackendError(f"replica {r.id} mixes GPU types; job-group lowering is not implemented yet")
+        return job_group(ir, r, scripts)
     first = r.stages[0]
     node = next(n for n in ir.nodes if n.id == first.node)
     offer = ir.offer(node.offer)

@@ -107,8 +107,8 @@ def read_spec(path: Path) -> tuple[Spec, SourceMap, bytes]:
     return spec, smap, raw
 
 
-def read_profiles(path: Path) -> tuple[list[MeasuredProfile], SourceMap]:
-    """A profiles file: a YAML list of measured profiles (same keys as inline `profiles:` entries)."""
+def read_profiles(path: Path, kind: type[BaseModel] = MeasuredProfile) -> tuple[list, SourceMap]:
+    """A profiles file: a YAML list of `kind` entries (same keys as the inline entries)."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -119,9 +119,9 @@ def read_profiles(path: Path) -> tuple[list[MeasuredProfile], SourceMap]:
     out = []
     for i, item in enumerate(data):
         try:
-            out.append(MeasuredProfile.model_validate(item))
+            out.append(kind.model_validate(item))
         except ValidationError as exc:
-            err = validation_to_spec_error(exc, _Shifted(smap, (i,)), MeasuredProfile)
+            err = validation_to_spec_error(exc, _Shifted(smap, (i,)), kind)
             raise err from None
     return out, smap
 

@@ -16,16 +16,18 @@ from hetcompile.ir.load import read_profiles, read_spec
 from hetcompile.ir.problem import (
     Engine,
     GpuType,
+    LayerProfile,
     Link,
     MeasuredShape,
     Model,
     ModelArch,
     Offer,
+    PlacementConfig,
     Problem,
     SolverConfig,
     Workload,
 )
-from hetcompile.ir.spec import MeasuredProfile, Spec
+from hetcompile.ir.spec import LayerProfileSpec, MeasuredProfile, Spec
 from hetcompile.ir.yaml_spans import SourceMap
 from hetcompile.perf import catalog
 
@@ -246,6 +248,53 @@ def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: d
     return tuple(sorted(out, key=lambda m: (m.model, m.gpu, m.tp, m.pp)))
 
 
+def _placement(spec: Spec, smap: SourceMap, base: Path, models: dict[str, Model], user: dict[str, GpuType]) -> PlacementConfig:
+    pl = spec.placement
+    regions = [r.name for r in spec.regions]
+    if pl.coordinator is not None and pl.coordinator not in regions:
+        guess = did_you_mean(pl.coordinator, regions)
+        raise SpecError(
+            f"placement coordinator names unknown region {pl.coordinator!r}" + (f"; did you mean {guess!r}?" if guess else ""),
+            smap.value(("placement", "coordinator")),
+        )
+    entries: list[tuple[LayerProfileSpec, SourceMap, tuple]] = []
+    for i, p in enumerate(pl.layer_profiles):
+        if isinstance(p, str):
+            items, psmap = read_profiles((base / p).resolve(), LayerProfileSpec)
+            entries.extend((item, psmap, (j,)) for j, item in enumerate(items))
+        else:
+            entries.append((p, smap, ("placement", "layer_profiles", i)))
+    out = []
+    for p, psmap, path in entries:
+        if p.model not in models:
+            raise SpecError(f"layer profile for unknown model {p.model!r}", psmap.value(path + ("model",)))
+        gpu = _resolve_gpu(p.gpu, user, psmap, path + ("gpu",))
+        if len(p.kv_token_layers) != len(p.throughput):
+            raise SpecError(
+                f"layer profile {p.model}/{gpu.name}/tp{p.tp}: kv_token_layers has {len(p.kv_token_layers)} entries but "
+                f"throughput has {len(p.throughput)}; give both for k = 1, 2, ... layers",
+                psmap.value(path + ("kv_token_layers",)),
+            )
+        if len(p.throughput) > models[p.model].arch.layers:
+            raise SpecError(
+                f"layer profile {p.model}/{gpu.name}/tp{p.tp}: {len(p.throughput)} entries for a model of "
+                f"{models[p.model].arch.layers} layers", psmap.value(path + ("throughput",)),
+            )
+        out.append(LayerProfile(
+            model=p.model, gpu=gpu.name, tp=p.tp, throughput=p.throughput, kv_token_layers=p.kv_token_layers,
+            decode_time=p.decode_time, prefill_time=p.prefill_time, source=p.source,
+        ))
+    keys = [(p.model, p.gpu, p.tp) for p in out]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise SpecError(f"two layer profiles for model {dup[0]}, GPU {dup[1]}, tp {dup[2]}", smap.value(("placement",)))
+    return PlacementConfig(
+        pipelines=pl.pipelines, objective=pl.objective, compare_shared=pl.compare_shared,
+        partial_inference=pl.partial_inference, coordinator=pl.coordinator or spec.regions[0].name,
+        layer_profiles=tuple(sorted(out, key=lambda p: (p.model, p.gpu, p.tp))),
+    )
+
+
 def _spans(spec: Spec, smap: SourceMap, offers: tuple[Offer, ...]) -> tuple:
     out = []
 
@@ -289,6 +338,7 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
         ),
         measured=measured,
         measured_only=spec.estimates == "measured-only",
+        placement=_placement(spec, smap, spec_path.parent, {m.name: m for m in models}, user),
         spans=_spans(spec, smap, offers),
     )
 

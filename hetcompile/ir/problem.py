@@ -122,6 +122,28 @@ class SolverConfig(Frozen):
 # ---- pass products --------------------------------------------------------------------------
 
 
+class LayerProfile(Frozen):
+    """Per-node T(k), KV and per-layer step times for placement (spec `placement.layer_profiles`)."""
+
+    model: str
+    gpu: str
+    tp: int
+    throughput: tuple[float, ...]
+    kv_token_layers: tuple[float, ...]
+    decode_time: tuple[tuple[float, float], ...]
+    prefill_time: tuple[tuple[float, float], ...]
+    source: str = "measured"
+
+
+class PlacementConfig(Frozen):
+    pipelines: Literal["single-type", "mixed"] = "single-type"
+    objective: Literal["depth-aware", "helix"] = "depth-aware"
+    compare_shared: bool = True
+    partial_inference: bool = False
+    coordinator: str = ""
+    layer_profiles: tuple[LayerProfile, ...] = ()
+
+
 class PerfEntry(Frozen):
     """profile: what one node of `gpu` with TP `tp` can do for `model` (analytic or measured)."""
 
@@ -211,6 +233,45 @@ class Replica(Frozen):
     mixed: bool = False
 
 
+class ChainSummary(Frozen):
+    """place (mixed pipelines): one replica's chain under the depth-aware model (placement/evaluate.py)."""
+
+    replica: str
+    depth: int
+    tp: int
+    concurrency: float = Field(description="C: requests in flight (KV minimum over stages, max-num-seqs)")
+    concurrency_limit: str = Field(description="'kv:<stage unit>' or 'max-num-seqs'")
+    micro_batch: float = Field(description="b = C / depth")
+    capacity_tokens_per_s: float = Field(description="prompt + decode tokens/s")
+    binding: str = Field(description="'stage:<unit>' (slowest stage) or 'latency' (round trip incl. hops)")
+    helix_flow: float = Field(description="Helix semantics: min of T(k) over stages and link capacity over hops")
+    split_nodes: tuple[str, ...] = ()
+
+
+class ModelPlacement(Frozen):
+    """place (mixed pipelines): what Helix max-flow placement found for one model, and what was kept."""
+
+    model: str
+    objective: Literal["depth-aware", "helix"]
+    kept: Literal["placement", "compose"] = Field(description="whose replicas the plan deploys")
+    pool_nodes: int
+    pool_gpus: int
+    status: str
+    helix_flow: float = Field(description="Helix-semantics flow of the placed chains, tokens/s")
+    depth_aware_capacity: float = Field(description="depth-aware capacity of the placed chains, tokens/s")
+    bound: float | None = None
+    gap: float | None = None
+    incumbent_source: str = ""
+    shared_helix_flow: float | None = Field(default=None, description="shared per-request pipelines (not deployable)")
+    shared_depth_aware_capacity: float | None = None
+    shared_bound: float | None = None
+    shared_gap: float | None = None
+    compose_depth_aware_capacity: float = Field(description="compose's single-type replicas, same model")
+    scale_placement: float = Field(description="theta with the placed chains")
+    scale_compose: float = Field(description="theta with compose's replicas, evaluated by the same model")
+    chains: tuple[ChainSummary, ...] = ()
+
+
 class PassReport(Frozen):
     name: str
     status: str
@@ -236,6 +297,7 @@ class Problem(Frozen):
     engine: Engine
     measured: tuple[MeasuredShape, ...] = ()
     measured_only: bool = False
+    placement: PlacementConfig = PlacementConfig()
     spans: tuple[tuple[str, str, int, int, str], ...] = Field(
         default=(), description="(key, file, line, col, text) of spec places later errors point at"
     )
@@ -246,6 +308,7 @@ class Problem(Frozen):
     nodes: tuple[Node, ...] | None = None
     replicas: tuple[Replica, ...] | None = None
     routing: RoutingTable | None = None
+    placements: tuple[ModelPlacement, ...] = ()
     reports: tuple[PassReport, ...] = ()
 
     def span(self, key: str):

@@ -200,6 +200,62 @@ class MeasuredProfile(_Spec):
     source: Annotated[str, Field(default="measured", description="where the numbers come from")] = "measured"
 
 
+class LayerProfileSpec(_Spec):
+    """Per-node capacity tables for layer placement (Helix's T(k), seed 000 §4.3), e.g. measured on
+    a real cluster or taken from the Helix artifact; without one the analytic model fills them in."""
+
+    model: Annotated[str, Field(description="model name")]
+    gpu: Annotated[str, Field(description="GPU type")]
+    tp: Annotated[int, Field(default=1, gt=0, description="GPUs of one stage (tensor-parallel size)")] = 1
+    throughput: Annotated[
+        tuple[Annotated[float, Field(ge=0)], ...],
+        Field(min_length=1, description="T(k): prompt + decode tokens/s of a stage holding k = 1, 2, ... layers"),
+    ]
+    kv_token_layers: Annotated[
+        tuple[Annotated[float, Field(ge=0)], ...],
+        Field(min_length=1, description="KV entries (tokens x layers) a stage holding k layers keeps; same length"),
+    ]
+    decode_time: Annotated[
+        tuple[tuple[float, Duration], ...],
+        Field(min_length=2, description="[batch sequences, time per layer] points of one decode step, e.g. [[8, 0.4ms], ...]"),
+    ]
+    prefill_time: Annotated[
+        tuple[tuple[float, Duration], ...],
+        Field(min_length=2, description="[batch tokens, time per layer] points of one prefill step"),
+    ]
+    source: Annotated[str, Field(default="measured", description="where the numbers come from")] = "measured"
+
+
+class PlacementSpec(_Spec):
+    """How replicas get their nodes and layers (the `place` pass)."""
+
+    pipelines: Annotated[
+        Literal["single-type", "mixed"],
+        Field(
+            default="single-type",
+            description="single-type: compose's replicas, one GPU type each (any cloud); mixed: Helix max-flow "
+            "placement over the nodes compose chose plus owned ones, chains may mix GPU types (Kubernetes job groups)",
+        ),
+    ] = "single-type"
+    objective: Annotated[
+        Literal["depth-aware", "helix"],
+        Field(default="depth-aware", description="depth-aware chain capacity, or Helix's flow proxy"),
+    ] = "depth-aware"
+    compare_shared: Annotated[
+        bool, Field(default=True, description="mixed: also solve Helix's shared pipelines and report what chains cost")
+    ] = True
+    partial_inference: Annotated[
+        bool, Field(default=False, description="shared comparison: Helix's partial inference")
+    ] = False
+    coordinator: Annotated[
+        str | None, Field(default=None, description="region of the router (Helix's coordinator); default: first region")
+    ] = None
+    layer_profiles: Annotated[
+        tuple[str | LayerProfileSpec, ...],
+        Field(default=(), description="per-node T(k) tables: inline, or YAML files (a list) relative to the spec"),
+    ] = ()
+
+
 class Spec(_Spec):
     """A hetcompile spec: what to serve, on what, within what budget."""
 
@@ -221,3 +277,4 @@ class Spec(_Spec):
         tuple[str | MeasuredProfile, ...],
         Field(default=(), description="measured profiles: inline, or YAML files (a list of profiles) relative to the spec"),
     ] = ()
+    placement: Annotated[PlacementSpec, Field(default_factory=PlacementSpec, description="layer placement")]

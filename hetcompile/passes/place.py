@@ -3,18 +3,45 @@
 Input: compose's y_c (replicas per shape) and each shape's balanced partition. Output: the node
 set (`nodes`) and `replicas`, each an ordered chain of stages {node, tp, [start, end)}. Node ids
 are `<region>-<gpu>-<k>` numbered per offer in replica order, so the same spec names the same
-nodes. Single-type chains need no search: the shape's partition (balanced by free memory per
-layer, seed 003 App. D) is already the placement; max-flow placement over mixed nodes (Helix)
-is the `hetcompile.placement` package's job.
+nodes.
+
+`placement.pipelines: single-type` (default): the shapes' partitions (balanced by free memory
+per layer, seed 003 App. D) are the placement; nothing is searched.
+
+`placement.pipelines: mixed`: per model, Helix max-flow placement (seed 000 §4.3-4.5, the
+`hetcompile.placement` package) over a pool = the nodes compose chose for the model plus, when
+the spec serves one model, every owned node compose left idle (they cost nothing). `chains`
+mode makes deployable replicas (one TP per chain, KV = the minimum over stages, multi-GPU nodes
+may be cut into TP slices); with `compare_shared`, `shared` mode (Helix's per-request pipelines,
+never deployed) is solved too so plan.md can say what the engine constraint costs. The placed
+chains replace compose's replicas only if they serve a larger multiple theta of the demand mix
+(passes/rates.py) when both are evaluated by the same depth-aware model; rented nodes no chain
+uses are dropped. Every placement's flow is re-checked with networkx (`PlacementResult.verify`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
+from hetcompile import placement
 from hetcompile.ir.errors import PassError
-from hetcompile.ir.problem import Node, Problem, Replica, Stage
+from hetcompile.ir.problem import (
+    ChainSummary,
+    Composition,
+    ModelPlacement,
+    Node,
+    PassReport,
+    Problem,
+    Replica,
+    Stage,
+)
 from hetcompile.passes.base import Pass, PassContext
+from hetcompile.passes.place_problem import chain_estimate, placement_problem
+from hetcompile.passes.rates import max_scale
+from hetcompile.passes.solve import SolverOptions
+from hetcompile.placement.evaluate import chain_eval
+from hetcompile.placement.result import PlacementResult, StageUnit
 
 
 def node_prefix(region: str, gpu: str) -> str:
@@ -55,6 +82,199 @@ def materialize(ir: Problem) -> tuple[tuple[Node, ...], tuple[Replica, ...]]:
     return tuple(nodes), tuple(replicas)
 
 
+def idle_owned(ir: Problem, nodes: Sequence[Node]) -> list[Node]:
+    """Owned nodes compose did not use, as whole nodes (ids continue each offer's numbering)."""
+    used: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for n in nodes:
+        used[n.offer] = used.get(n.offer, 0) + (1 if n.owned else 0)
+        prefix, _, k = n.id.rpartition("-")
+        last[prefix] = max(last.get(prefix, -1), int(k))
+    out = []
+    for o in sorted(ir.offers, key=lambda o: o.id):
+        prefix = node_prefix(o.region, o.gpu)
+        for _ in range(o.owned_nodes - used.get(o.id, 0)):
+            last[prefix] = last.get(prefix, -1) + 1
+            out.append(Node(id=f"{prefix}-{last[prefix]}", offer=o.id, region=o.region, cloud=o.cloud, gpu=o.gpu,
+                            gpus=o.gpus_per_node, price_per_s=0.0, owned=True))
+    return out
+
+
+def compose_units(pp, replicas: Sequence[Replica]) -> dict[str, list[StageUnit]]:
+    """compose's replicas as placement stage units, to evaluate them with the same model. A replica
+    whose stage holds more layers than the placement's profile allows (measured layer profiles
+    may be stricter than the analytic memory model) is left out: by those numbers it does not run."""
+    idx = pp.node_index()
+    out = {}
+    for r in replicas:
+        units = []
+        for s in r.stages:
+            if s.node not in idx or s.layer_end - s.layer_start > pp.groups[idx[s.node][0]].profile(s.tp).max_layers:
+                break
+            units.append(StageUnit(s.node, s.node, idx[s.node][0], s.tp, tuple(range(s.tp)), s.layer_start, s.layer_end))
+        else:
+            out[r.id] = units
+    return out
+
+
+def slice_id(unit: str) -> str:
+    """`<node>#<j>` (a TP slice of a split node) -> `<node>-s<j>` (a DNS-safe node id)."""
+    node, sep, j = unit.partition("#")
+    return f"{node}-s{j}" if sep else node
+
+
+def _unit_ref(term: str) -> str:
+    """'stage:<unit>' / 'kv:<unit>' with the unit renamed to its plan node id."""
+    kind, sep, unit = term.partition(":")
+    return f"{kind}:{slice_id(unit)}" if sep else term
+
+
+def chain_nodes(pool: dict[str, Node], res: PlacementResult) -> dict[str, Node]:
+    """The plan's nodes for the placed chains: whole nodes, or one node per TP slice of a split node."""
+    out = {}
+    for c in res.chains:
+        for u in c.stages:
+            n = pool[u.node]
+            if u.unit == u.node:
+                out[n.id] = n
+            else:  # a slice is its own Kubernetes pod / machine of `tp` GPUs
+                share = u.tp / n.gpus
+                out[slice_id(u.unit)] = n.model_copy(update={"id": slice_id(u.unit), "gpus": u.tp, "price_per_s": n.price_per_s * share})
+    return out
+
+
+def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, ...], ctx: PassContext) -> Problem:
+    cfg = ir.placement
+    opts = SolverOptions(time_limit_s=ir.solver.time_limit_s, mip_gap=ir.solver.mip_gap, threads=ir.solver.threads,
+                         seed=ir.solver.seed)
+    node_by_id = {n.id: n for n in nodes}
+    single_model = len({w.model for w in ir.workloads}) == 1
+    spare = idle_owned(ir, nodes) if single_model else []
+    final_nodes: dict[str, Node] = {}
+    out: list[tuple[Replica, dict[str, float]]] = []  # replica, h_{r,w}
+    summaries, notes = [], []
+    status, objective, bound, gap = "ok", None, None, None
+    for m in ir.models:
+        ws = [w for w in ir.workloads if w.model == m.name]
+        mine = [r for r in replicas if r.model == m.name]
+        pool = [node_by_id[s.node] for r in mine for s in r.stages] + spare
+        pp = placement_problem(ir, m.name, pool)
+        res = placement.place(pp, mode="chains", objective=cfg.objective, options=opts) if pp.groups else None
+        if res is not None:
+            _verify(res, pp)
+        shared = None
+        if res is not None and cfg.compare_shared:
+            shared = placement.place(pp, mode="shared", objective=cfg.objective, options=opts,
+                                     partial_inference=cfg.partial_inference)
+            _verify(shared, pp)
+        demand = {w.name: w.demand for w in ws}
+        units_c = compose_units(pp, mine)
+        ests_c = {rid: chain_estimate(pp, u, ws) for rid, u in units_c.items()}
+        theta_c, _ = max_scale({k: dict(e.throughput_rps) for k, e in ests_c.items()}, demand, opts, name="place-rates")
+        da_c = sum(chain_eval(pp, u).capacity for u in units_c.values())
+        chains = list(res.chains) if res is not None else []
+        ests_p = {c.id: chain_estimate(pp, c.stages, ws) for c in chains}
+        theta_p, _ = max_scale({k: dict(e.throughput_rps) for k, e in ests_p.items()}, demand, opts, name="place-rates")
+        kept = "placement" if theta_p > theta_c * (1 + 1e-6) else "compose"
+        pool_by_id = {n.id: n for n in pool}
+        if kept == "placement":
+            final_nodes.update(chain_nodes(pool_by_id, res))
+            for c in chains:
+                stages = tuple(
+                    Stage(node=slice_id(u.unit), gpu=pool_by_id[u.node].gpu, region=pool_by_id[u.node].region, tp=u.tp,
+                          layer_start=u.start, layer_end=u.end)
+                    for u in c.stages
+                )
+                gpus = "+".join(sorted({s.gpu for s in stages}))
+                r = Replica(id="", model=m.name, shape=f"{m.name}|chain|{gpus}|tp{c.tp}|pp{c.depth}|{c.id}", stages=stages,
+                            dtype="bfloat16", estimate=ests_p[c.id])
+                out.append((r, dict(ests_p[c.id].throughput_rps)))
+        else:
+            for r in mine:
+                final_nodes.update({s.node: node_by_id[s.node] for s in r.stages})
+                out.append((r, dict(r.estimate.throughput_rps)))
+        if res is None:
+            notes.append(f"{m.name}: no pool node holds a layer of it; kept compose's replicas")
+            continue
+        summaries.append(ModelPlacement(
+            model=m.name, objective=cfg.objective, kept=kept, pool_nodes=len(pool), pool_gpus=sum(n.gpus for n in pool),
+            status="optimal" if res.gap is not None and res.gap <= ir.solver.mip_gap else "feasible",
+            helix_flow=res.helix_flow, depth_aware_capacity=res.depth_aware_capacity, bound=res.bound, gap=res.gap,
+            incumbent_source=res.incumbent_source,
+            shared_helix_flow=shared.helix_flow if shared else None,
+            shared_depth_aware_capacity=shared.depth_aware_capacity if shared else None,
+            shared_bound=shared.bound if shared else None, shared_gap=shared.gap if shared else None,
+            compose_depth_aware_capacity=da_c, scale_placement=theta_p, scale_compose=theta_c,
+            chains=tuple(
+                ChainSummary(replica=c.id, depth=c.depth, tp=c.tp, concurrency=c.concurrency,
+                             concurrency_limit=_unit_ref(c.concurrency_limit), micro_batch=c.micro_batch,
+                             capacity_tokens_per_s=c.capacity, binding=_unit_ref(c.binding), helix_flow=c.helix_flow,
+                             split_nodes=c.split_nodes)
+                for c in chains
+            ),
+        ))
+        notes.append(
+            f"{m.name}: {len(chains)} chains over {len(pool)} pool nodes, depth-aware {res.depth_aware_capacity:.1f} tokens/s "
+            f"(compose's replicas: {da_c:.1f}), theta {theta_p:.4g} vs {theta_c:.4g}: kept {kept}'s replicas"
+        )
+        objective, bound, gap = res.value, res.bound, res.gap
+        if res.gap is None or res.gap > ir.solver.mip_gap:
+            status = "feasible"
+    # replica ids in model order; chain ids are renamed to the replica ids they became
+    renamed: list[tuple[Replica, dict[str, float]]] = []
+    chain_ids: dict[tuple[str, str], str] = {}
+    for i, (r, h) in enumerate(out):
+        rid = f"r{i}"
+        if "|chain|" in r.shape:
+            chain_ids[(r.model, r.shape.rsplit("|", 1)[1])] = rid
+        renamed.append((r.model_copy(update={"id": rid}), h))
+    summaries = [s.model_copy(update={"chains": tuple(c.model_copy(update={"replica": chain_ids.get((s.model, c.replica), c.replica)})
+                                                      for c in s.chains)}) for s in summaries]
+    composition = _rates(ir, renamed, opts)
+    report = PassReport(name="place", status=status, time_s=0.0, objective=objective, bound=bound, gap=gap, notes=tuple(notes))
+    return ir.model_copy(update={
+        "nodes": tuple(sorted(final_nodes.values(), key=lambda n: (n.region, n.gpu, _natural(n.id)))),
+        "replicas": tuple(r for r, _ in renamed), "composition": composition, "placements": tuple(summaries),
+        "reports": (*ir.reports, report),
+    })
+
+
+def _natural(s: str) -> tuple:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))
+
+
+def _verify(res: PlacementResult, pp) -> None:
+    res.verify(pp)  # raises PassError when networkx's max flow disagrees with the reported flow
+
+
+def _rates(ir: Problem, reps: list[tuple[Replica, dict[str, float]]], opts: SolverOptions) -> Composition:
+    """Composition of the final replicas: one 'shape' per replica, rates from passes/rates.py."""
+    comp = ir.composition
+    thetas, xs = [], {}
+    for m in ir.models:
+        demand = {w.name: w.demand for w in ir.workloads if w.model == m.name}
+        cap = {r.id: h for r, h in reps if r.model == m.name}
+        theta, x = max_scale(cap, demand, opts, name="place-rates")
+        thetas.append(theta)
+        xs[m.name] = (theta, x)
+    scale = min(thetas) if thetas else 0.0
+    if ir.objective == "min-cost":
+        scale = min(scale, comp.scale)  # serve the demand, not more
+    # route.py reads rates per shape over all copies: sum the copies of compose's kept shapes
+    shape_of = {r.id: r.shape for r, _ in reps}
+    per_shape: dict[tuple[str, str], float] = {}
+    for _, (theta, x) in sorted(xs.items()):
+        f = scale / theta if theta > 0 else 0.0
+        for (rid, w), v in sorted(x.items()):
+            per_shape[(shape_of[rid], w)] = per_shape.get((shape_of[rid], w), 0.0) + v * f
+    rates = [(sh, w, v) for (sh, w), v in sorted(per_shape.items()) if v > 0]
+    counts: dict[str, int] = {}
+    for r, _ in reps:
+        counts[r.shape] = counts.get(r.shape, 0) + 1
+    binding = (*comp.binding, f"placement: {len(reps)} replicas serve {scale:.4g}x the demand mix (compose: {comp.scale:.4g}x)")
+    return comp.model_copy(update={"counts": tuple(sorted(counts.items())), "rates": tuple(rates), "scale": scale, "binding": binding})
+
+
 class Place(Pass):
     name = "place"
     requires = ("composition",)
@@ -62,6 +282,8 @@ class Place(Pass):
 
     def run(self, ir: Problem, ctx: PassContext) -> Problem:
         nodes, replicas = materialize(ir)
+        if ir.placement.pipelines == "mixed":
+            return place_mixed(ir, nodes, replicas, ctx)
         return ir.model_copy(update={"nodes": nodes, "replicas": replicas})
 
     def verify(self, ir: Problem) -> None:
