@@ -6,7 +6,6 @@ User errors (`HetcompileError`) print as one clean paragraph with file:line:col 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -98,19 +97,42 @@ def validate(spec: Path = typer.Argument(..., help="spec.yaml")) -> None:
 
 
 @app.command()
-def explain(plan: Path = typer.Argument(..., help="OUT/plan.json or OUT/")) -> None:
-    """Summarize a plan: replicas, stages, capacity, cost, what binds, gap."""
-    from hetcompile.backends.plan_md import plan_md
+def explain(
+    plan: Path = typer.Argument(..., help="OUT/plan.json or OUT/ (the plan running now, when NEW is given)"),
+    new: Optional[Path] = typer.Argument(None, help="a second plan: show what changes from PLAN to NEW and how to migrate"),
+    fmt: str = typer.Option("text", "--format", "-f", help="text (terminal), md (markdown + Mermaid), json, dot (Graphviz)"),
+) -> None:
+    """Why a plan looks the way it does; with NEW, what changes between two plans and how to roll it out."""
+    from rich.console import Group
 
-    path = plan / "plan.json" if plan.is_dir() else plan
+    from hetcompile.explain import diff_plans, explain_plan, read_plan
+    from hetcompile.explain.render import FORMATS, render_diff, render_explanation, rich_renderables
+    from hetcompile.ir.errors import did_you_mean
+
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        _fail(HetcompileError(f"cannot read plan {str(path)!r}: {exc}"))
+        if fmt not in FORMATS:
+            close = did_you_mean(fmt, FORMATS)
+            raise HetcompileError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}",
+                                  hint=f"did you mean {close!r}?" if close else None)
+        old_plan = read_plan(plan)
+        old_exp = explain_plan(old_plan)
+        if new is None:
+            result = render_explanation(old_exp, fmt)
+        else:
+            new_plan = read_plan(new)
+            result = render_diff(diff_plans(old_plan, new_plan), fmt, old_exp, explain_plan(new_plan))
+    except HetcompileError as exc:
+        _fail(exc)
         return
-    from rich.markdown import Markdown
-
-    out.print(Markdown(plan_md(data)))
+    except (KeyError, TypeError, ValueError) as exc:  # a plan.json hand-edited or from another tool
+        if _state["debug"]:
+            raise
+        _fail(HetcompileError(f"cannot explain {plan}{f' and {new}' if new else ''}: unexpected plan content ({exc!r})"))
+        return
+    if isinstance(result, str):
+        sys.stdout.write(result)
+    else:
+        out.print(Group(*rich_renderables(result)))
 
 
 @app.command()

@@ -1,0 +1,239 @@
+"""Explanation / PlanDiff -> a neutral document (sections of lines and tables).
+
+This is the render context: every choice of what to show and how to word it lives here, once;
+render.py only lays the same document out as markdown or as rich terminal output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetcompile.explain.model import Explanation, PlanDiff, Step
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    blocks: tuple[str | Table, ...]  # a str is one line; "- " starts a bullet
+
+
+@dataclass(frozen=True)
+class Doc:
+    title: str
+    intro: tuple[str, ...]
+    sections: tuple[Section, ...]
+
+
+def num(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def money(x: float | None) -> str:
+    return "-" if x is None else f"${x:.2f}/h"
+
+
+def signed_money(x: float | None) -> str:
+    return "-" if x is None else f"{'+' if x >= 0.005 else '-' if x <= -0.005 else '±'}${abs(x):.2f}/h"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.3g}%"
+
+
+def signed(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.4g}"
+
+
+def _table(headers: tuple[str, ...], rows: list[tuple]) -> Table:
+    return Table(headers, tuple(tuple(str(c) for c in r) for r in rows))
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def explanation_doc(e: Explanation) -> Doc:
+    s = e.summary
+    intro = [
+        f"Objective **{e.solver.objective}**: {num(s.requests_per_s)} req/s, {num(s.tokens_per_s)} tokens/s for "
+        f"{money(s.price_per_hour)}" + (f" of a {money(s.budget_per_hour)} budget" if s.budget_per_hour is not None else "")
+        + f"; {s.replicas} replica(s) on {s.gpus} GPUs, {s.nodes} node(s)."
+        + (f" Makespan {num(s.makespan_s)} s." if s.makespan_s is not None else ""),
+        f"Solver: objective {num(e.solver.objective_value, 6)}, bound {num(e.solver.bound, 6)}, gap {pct(e.solver.gap)} — {e.solver.text}.",
+    ]
+    binds = [f"- {b.text}" + (" *(derived from the chains)*" if b.derived else "") for b in e.binding] or \
+        ["- nothing the compose pass reports: the plan is limited by its candidate shapes"]
+    replicas = _table(
+        ("replica", "model", "GPU", "regions", "TP", "PP", "GPUs", "$/h", "busy", "bottleneck", "estimate"),
+        [(r.id, r.model, r.gpu, "+".join(r.regions), r.tp, r.pp, r.gpus, f"{r.price_per_hour:.2f}", pct(r.utilisation),
+          r.bottleneck.kind + (f" {r.bottleneck.stage}" if r.bottleneck.stage is not None else ""), r.estimate_source)
+         for r in e.replicas],
+    )
+    stages = _table(
+        ("replica", "stage", "node", "GPU", "region", "TP", "layers", "work share", "busy", "heaviest"),
+        [(r.id, st.index, st.node, st.gpu, st.region, st.tp, f"{st.layers[0]}-{st.layers[1]}", pct(st.work_share),
+          pct(st.utilisation), "yes" if st.bottleneck else "")
+         for r in e.replicas for st in r.stages],
+    )
+    loads = _table(
+        ("replica", "workload", "weight", "routed req/s", "capacity req/s", "time share", "C", "C limited by", "TTFT s", "TPOT s"),
+        [(r.id, ld.workload, num(ld.weight), num(ld.routed_requests_per_s), num(ld.capacity_requests_per_s),
+          pct(ld.time_share), num(ld.concurrency), ld.concurrency_limit, num(ld.ttft_s), num(ld.tpot_s))
+         for r in e.replicas for ld in r.workloads],
+    )
+    chains = [f"- **{r.id}** ({', '.join(ld.workload for ld in r.workloads if ld.time_share > 0) or 'idle'}): "
+              f"{r.bottleneck.text}" for r in e.replicas]
+    for i, r in enumerate(e.replicas):
+        if r.placement:  # the placement pass's own view of the chain, when the plan carries one
+            keys = [k for k in ("depth", "concurrency", "concurrency_limit", "binding", "helix_flow") if k in r.placement]
+            chains[i] += "; placement: " + ", ".join(f"{k} {_scalar(r.placement[k])}" for k in keys)
+    workloads = _table(
+        ("workload", "model", "demand", "served req/s", "capacity req/s", "replicas", "mean TTFT s", "mean TPOT s"),
+        [(w.name, w.model, f"{num(w.demand)} ({w.demand_kind})", num(w.served_requests_per_s), num(w.capacity_requests_per_s),
+          ", ".join(w.replicas), num(w.ttft_s), num(w.tpot_s)) for w in e.workloads],
+    )
+    c = e.cost
+    cost_lines: list[str | Table] = [
+        f"{money(c.price_per_hour)}" + (f" of {money(c.budget_per_hour)} budget ({money(c.budget_left_per_hour)} left)"
+                                         if c.budget_per_hour is not None else " (no budget)")
+        + f"; {c.rented_gpus} rented GPU(s), {c.owned_gpus} owned (free per hour).",
+        _table(("offer", "GPU", "region", "cloud", "owned", "nodes", "GPUs", "$/h", "share"),
+               [(o.offer, o.gpu, o.region, o.cloud or "-", "yes" if o.owned else "no", o.nodes, o.gpus,
+                 f"{o.price_per_hour:.2f}", pct(o.share)) for o in c.by_offer]),
+        _table(("region", "nodes", "GPUs", "$/h", "share"),
+               [(g.region, g.nodes, g.gpus, f"{g.price_per_hour:.2f}", pct(g.share)) for g in c.by_region]),
+    ]
+    if c.idle_nodes:
+        cost_lines.append(f"Idle nodes (paid, unused): {', '.join(c.idle_nodes)}.")
+    passes = _table(("pass", "status", "objective", "bound", "gap", "notes"),
+                    [(p.name, p.status, num(p.objective, 6), num(p.bound, 6), pct(p.gap), "; ".join(p.notes))
+                     for p in e.solver.passes])
+    estimates = [f"- **{g.source}** ({', '.join(g.replicas)}): {g.text}" for g in e.estimates]
+    sections = [
+        Section("What binds", tuple(binds)),
+        Section("Replicas", (replicas,
+                             "busy = U_r, the share of the replica's time the plan's served rates use "
+                             "(sum over workloads of routed / capacity).")),
+        Section("Bottleneck of each chain", tuple(chains)),
+        Section("Stages", (stages, "work share = (layers / TP) over the heaviest stage's; a stage's busy time is the "
+                                   "replica's times its work share.")),
+        Section("Load per replica and workload", (loads,)),
+        Section("Workloads", (workloads, "capacity = every replica at full load with its planned mix of workloads.")),
+        Section("Cost", tuple(cost_lines)),
+        Section("Bound and gap", (e.solver.text + ".", passes)),
+        Section("Where the estimates come from", tuple(estimates)),
+    ]
+    if e.placement:
+        sections.append(Section("Placement", tuple(placement_blocks(e.placement))))
+    if e.notes:
+        sections.append(Section("Notes", tuple(f"- {n}" for n in e.notes)))
+    return Doc(f"Plan `{e.plan}`", tuple(intro), tuple(sections))
+
+
+def _scalar(v: object) -> str:
+    return num(v, 6) if isinstance(v, float) else str(v)
+
+
+def placement_blocks(block: object) -> list[str | Table]:
+    """The plan's placement block, whatever its shape: per model its scalars, then its chains."""
+    items = block if isinstance(block, list) else [block]
+    out: list[str | Table] = []
+    for m in items:
+        if not isinstance(m, dict):
+            out.append(f"- {m}")
+            continue
+        head = m.get("model", "placement")
+        out.append(f"- **{head}**: " + ", ".join(f"{k} {_scalar(v)}" for k, v in sorted(m.items())
+                                                 if k not in ("model", "chains") and not isinstance(v, (list, dict)) and v is not None))
+        chains = [c for c in m.get("chains") or [] if isinstance(c, dict)]
+        if chains:
+            keys = sorted({k for c in chains for k, v in c.items() if not isinstance(v, (list, dict))})
+            out.append(_table(tuple(keys), [tuple(_scalar(c.get(k, "-")) for k in keys) for c in chains]))
+    return out
+
+
+# --------------------------------------------------------------------------- diff
+
+
+def _step_row(s: Step, workloads: list[str]) -> tuple:
+    cap = {c.workload: c for c in s.capacity}
+    marks = []
+    for w in workloads:
+        c = cap.get(w)
+        if c is None:
+            marks.append("-")
+        else:
+            low = c.requests_per_s < c.target * (1 - 1e-6) - 1e-9
+            marks.append(f"{num(c.requests_per_s)}{' (dip)' if low else ''}")
+    return (s.index, s.action, s.unit.label if s.unit else "", f"{s.price_per_hour:.2f}", *marks, s.text)
+
+
+def diff_doc(d: PlanDiff) -> Doc:
+    m = d.migration
+    price = next((t for t in d.totals if t.metric == "price_per_hour"), None)
+    rps = next((t for t in d.totals if t.metric == "requests_per_s"), None)
+    intro = [
+        f"`{d.old.plan}` (old, running) -> `{d.new.plan}` (new)." + (" **No differences.**" if d.empty else ""),
+        f"{len(d.untouched)} untouched, {len(d.changed)} changed, {len(d.added)} added, {len(d.removed)} removed replica(s); "
+        f"$/h {signed_money(price.delta) if price else '±$0.00/h'}; requests/s {signed(rps.delta) if rps else '+0'}.",
+    ]
+    sections: list[Section] = []
+    if d.notes:
+        sections.append(Section("Notes", tuple(f"- {n}" for n in d.notes)))
+    if d.offers or d.nodes_added or d.nodes_removed:
+        blocks: list[str | Table] = []
+        if d.offers:
+            blocks.append(_table(("offer", "status", "nodes", "GPUs", "$/h delta"),
+                                 [(o.offer, o.status, f"{o.old_nodes} -> {o.new_nodes}", f"{o.old_gpus} -> {o.new_gpus}",
+                                   signed_money(o.delta_price_per_hour)) for o in d.offers]))
+        if d.nodes_added:
+            blocks.append("Node ids only in the new plan: " + ", ".join(n.id for n in d.nodes_added) + ".")
+        if d.nodes_removed:
+            blocks.append("Node ids only in the old plan: " + ", ".join(n.id for n in d.nodes_removed) + ".")
+        blocks.append("Node ids are labels place hands out per offer in order; a replica's cluster is what runs.")
+        sections.append(Section("Offers and nodes", tuple(blocks)))
+    rows = [("untouched", p.old, p.new, "relabelled" if p.relabelled else "", signed_money(p.delta_price_per_hour)) for p in d.untouched]
+    rows += [("changed", p.old, p.new, "; ".join(f"{c.field} {c.old} -> {c.new}" for c in p.changes)
+              + (" (in place possible)" if p.in_place else ""), signed_money(p.delta_price_per_hour)) for p in d.changed]
+    rows += [("added", "", r.id, f"{r.shape} ({r.gpus} GPUs)", signed_money(r.price_per_hour)) for r in d.added]
+    rows += [("removed", r.id, "", f"{r.shape} ({r.gpus} GPUs)", signed_money(-r.price_per_hour)) for r in d.removed]
+    if rows:
+        sections.append(Section("Replicas", (_table(("status", "old", "new", "what", "$/h"), rows),)))
+    if d.routing:
+        sections.append(Section("Routing weights", (_table(
+            ("workload", "old replica", "new replica", "old", "new", "delta"),
+            [(s.workload, s.old or "-", s.new or "-", num(s.old_weight), num(s.new_weight), signed(s.delta)) for s in d.routing]),)))
+    if d.totals or d.workloads:
+        blocks = []
+        if d.totals:
+            blocks.append(_table(("metric", "old", "new", "delta"),
+                                 [(t.metric, num(t.old, 6), num(t.new, 6), signed(t.delta)) for t in d.totals]))
+        if d.workloads:
+            blocks.append(_table(
+                ("workload", "served req/s", "capacity req/s", "mean TTFT s", "mean TPOT s"),
+                [(w.workload, f"{num(w.old_served)} -> {num(w.new_served)}", f"{num(w.old_capacity)} -> {num(w.new_capacity)}",
+                  f"{num(w.old_ttft_s)} -> {num(w.new_ttft_s)}", f"{num(w.old_tpot_s)} -> {num(w.new_tpot_s)}") for w in d.workloads]))
+        sections.append(Section("Throughput, cost and latency", tuple(blocks)))
+    if d.binding_added or d.binding_removed:
+        sections.append(Section("What binds", tuple([f"- now: {b}" for b in d.binding_added] + [f"- no longer: {b}" for b in d.binding_removed])))
+    mig: list[str | Table] = [
+        f"Mode **{m.mode}**; ceiling {money(m.ceiling_per_hour)}, peak {money(m.peak_price_per_hour)}; capacity "
+        + ("kept" if m.capacity_kept else "**dips**") + "."
+    ]
+    mig += [f"- {c}" for c in m.checks]
+    if m.untouched:
+        mig.append("Untouched (keep running): " + ", ".join(u.label for u in m.untouched) + ".")
+    if m.steps:
+        workloads = sorted({c.workload for s in m.steps for c in s.capacity})
+        targets = {c.workload: c.target for s in m.steps for c in s.capacity}
+        mig.append(_table(("#", "action", "replica", "$/h after", *[f"{w} req/s (target {num(targets[w])})" for w in workloads], "step"),
+                          [_step_row(s, workloads) for s in m.steps]))
+    else:
+        mig.append("Nothing to do.")
+    sections.append(Section("Migration", tuple(mig)))
+    return Doc(f"Plan diff `{d.old.plan}` -> `{d.new.plan}`", tuple(intro), tuple(sections))

@@ -1,0 +1,119 @@
+"""The load arithmetic of a plan: routed rates, utilisation, capacity at the planned mix.
+
+Notation (all read from plan.json; r a replica, w a workload, P a plan):
+
+    s_w       served requests/s of w            workloads[].served_requests_per_s
+    p_{r,w}   routing weight of r in class w    routing[w][r]            (sum_r p_{r,w} = 1)
+    h_{r,w}   capacity of r serving only w      replicas[].workloads[w].capacity_requests_per_s
+    x_{r,w} = p_{r,w} s_w                       requests/s of w routed to r
+    U_r     = sum_w x_{r,w} / h_{r,w}           utilisation: the share of r's time busy (compose
+                                                keeps it <= 1: seed 003's sum_w r_{c,w}/h_{c,w} <= y_c)
+    k_{r,w} = x_{r,w} / U_r                     what r serves of w at full load, keeping its mix
+    K_w(S)  = sum_{r in S} k_{r,w}              capacity of a set S of replicas for w
+
+K_w is additive over replicas and never falls when a replica is added, which is what a rolling
+migration needs to count capacity step by step; K_w(all replicas of P) >= s_w, with equality
+when every replica is fully used (max-throughput plans).
+
+Stages: a replica's stages run the same request stream; stage i's share of the work is taken as
+l_i = layers_i / tp_i (same-type stages: time per token is proportional to layers over TP), and
+its utilisation is U_r l_i / max_j l_j. plan.json has no per-stage times, so this is the one
+approximation here; a `placement` block with stage times would replace it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+EPS = 1e-12
+
+
+def weight(plan: dict, w: str, r: str) -> float:
+    """p_{r,w}: 0 when the class does not list the replica."""
+    return float((plan.get("routing") or {}).get(w, {}).get(r, 0.0) or 0.0)
+
+
+def served(plan: dict) -> dict[str, float]:
+    """s_w for every workload of the plan."""
+    return {w["name"]: float(w.get("served_requests_per_s") or 0.0) for w in plan.get("workloads", [])}
+
+
+def capacity(replica: dict, w: str) -> float | None:
+    """h_{r,w}, None when the replica has no estimate for w."""
+    e = (replica.get("workloads") or {}).get(w)
+    if not e or e.get("capacity_requests_per_s") is None:
+        return None
+    return float(e["capacity_requests_per_s"])
+
+
+def routed(plan: dict, replica: dict) -> dict[str, float]:
+    """x_{r,w} for every workload of the plan (0 where not routed)."""
+    return {w: weight(plan, w, replica["id"]) * s for w, s in sorted(served(plan).items())}
+
+
+def utilisation(plan: dict, replica: dict) -> float:
+    """U_r; a routed workload without an estimate counts as fully using the replica."""
+    u = 0.0
+    for w, x in routed(plan, replica).items():
+        if x <= EPS:
+            continue
+        h = capacity(replica, w)
+        u += x / h if h and h > EPS else 1.0
+    return u
+
+
+def full_load(plan: dict, replica: dict) -> dict[str, float]:
+    """k_{r,w}: the replica's planned mix scaled to full load (all 0 when it is routed nothing)."""
+    x = routed(plan, replica)
+    u = utilisation(plan, replica)
+    return {w: (v / u if u > EPS else 0.0) for w, v in x.items()}
+
+
+def plan_capacity(plan: dict, replicas: Iterable[dict] | None = None) -> dict[str, float]:
+    """K_w(S) for S = `replicas` (default: all of the plan's)."""
+    out = {w: 0.0 for w in served(plan)}
+    for r in plan["replicas"] if replicas is None else replicas:
+        for w, k in full_load(plan, r).items():
+            out[w] += k
+    return out
+
+
+def stage_work(stage: dict) -> float:
+    """l_i = layers / tp."""
+    s, e = stage.get("layers", [0, 0])
+    return (e - s) / max(int(stage.get("tp") or 1), 1)
+
+
+def mean_latency(plan: dict, w: str, key: str) -> float | None:
+    """sum_r p_{r,w} key_{r,w}: the latency a request of w sees on average (ttft_s or tpot_s)."""
+    total, seen = 0.0, 0.0
+    for r in plan["replicas"]:
+        p = weight(plan, w, r["id"])
+        v = ((r.get("workloads") or {}).get(w) or {}).get(key)
+        if p > EPS and v is not None:
+            total += p * float(v)
+            seen += p
+    return total / seen if seen > EPS else None
+
+
+def replica_gpus(replica: dict) -> int:
+    """GPUs a replica runs on: TP per stage, summed over stages."""
+    return sum(int(s.get("tp") or 1) for s in replica.get("stages", []))
+
+
+def node_index(plan: dict) -> dict[str, dict]:
+    return {n["id"]: n for n in plan.get("nodes", [])}
+
+
+def replica_offers(plan: dict, replica: dict) -> tuple[str, ...]:
+    """The offers of a replica's stage nodes, in stage order ('?' for a node the plan lacks)."""
+    nodes = node_index(plan)
+    return tuple(nodes.get(s.get("node"), {}).get("offer", "?") for s in replica.get("stages", []))
+
+
+def replica_price(plan: dict, replica: dict) -> float:
+    """$/h of a replica: its own figure, else the sum of its nodes' prices."""
+    if replica.get("price_per_hour") is not None:
+        return float(replica["price_per_hour"])
+    nodes = node_index(plan)
+    return sum(float(nodes.get(s.get("node"), {}).get("price_per_hour") or 0.0) for s in replica.get("stages", []))
