@@ -47,6 +47,12 @@ def build(
     stop_after: Optional[str] = typer.Option(None, "--stop-after", help="stop after this pass and dump its IR"),
     dump_after: List[str] = typer.Option([], "--dump-after", help="write OUT/ir/<pass>.json after this pass"),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="only errors"),
+    previous: Optional[Path] = typer.Option(
+        None, "--previous", help="replan against OLD/plan.json: prefer keeping its running replicas"
+    ),
+    churn_penalty: str = typer.Option(
+        "1%", "--churn-penalty", help="with --previous: what one replica launched or torn down costs, as a share of the previous plan's objective (e.g. 2%, 0.02)"
+    ),
 ) -> None:
     """Compile SPEC into a plan and its artifacts under OUT."""
     from hetcompile.backends.canon import dumps_json
@@ -56,7 +62,14 @@ def build(
 
     log = (lambda m: None) if quiet else (lambda m: err.print(f"  {m}", markup=False))
     try:
-        res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), log=log)
+        from hetcompile.ir import units
+
+        try:
+            churn = units.parse_fraction(churn_penalty)
+        except ValueError as exc:
+            raise HetcompileError(f"--churn-penalty {churn_penalty!r}: {exc}", hint="give a share such as 2% or 0.02") from None
+        res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), log=log, previous=previous,
+                           churn_penalty=churn)
         for name, ir in res.dumps.items():
             (output / "ir").mkdir(parents=True, exist_ok=True)
             (output / "ir" / f"{name}.json").write_text(dumps_json(ir.model_dump(mode="json")))
@@ -80,6 +93,10 @@ def build(
         )
         for b in t["binding"]:
             out.print(f"  binds: {b}")
+        compose = next((p for p in res.ir.reports if p.name == "compose"), None)
+        for note in compose.notes if compose and previous is not None else ():
+            if note.startswith(("replanning", "stability")):
+                out.print(f"  {note}")
         out.print(f"wrote {len(files)} files to {output}/ (plan.md explains the plan)")
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 from hetcompile.ir.lower import load_problem
+from hetcompile.ir.previous import DEFAULT_CHURN_PENALTY, read_previous
 from hetcompile.passes import default_pipeline
 from hetcompile.passes.base import PassContext, PipelineResult, run_pipeline
 from hetcompile.passes.solve import SolverOptions
@@ -16,8 +17,15 @@ def compile_spec(
     stop_after: str | None = None,
     dump_after: tuple[str, ...] = (),
     log: Callable[[str], None] = lambda _: None,
+    previous: Path | None = None,
+    churn_penalty: float = DEFAULT_CHURN_PENALTY,
 ) -> PipelineResult:
+    """`previous`: an earlier plan.json to replan against (seed 003 App. M): compose charges every
+    replica launched or torn down `churn_penalty` x that plan's objective, and kept replicas keep
+    their ids and nodes."""
     ir, _, _ = load_problem(spec_path)
+    if previous is not None:
+        ir = ir.model_copy(update={"previous": read_previous(previous, churn_penalty)})
     s = ir.solver
     ctx = PassContext(solver=SolverOptions(time_limit_s=s.time_limit_s, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed), log=log)
     return run_pipeline(ir, default_pipeline(), ctx, stop_after=stop_after, dump_after=dump_after)

@@ -272,6 +272,25 @@ class ModelPlacement(Frozen):
     chains: tuple[ChainSummary, ...] = ()
 
 
+class PreviousReplica(Frozen):
+    id: str
+    model: str
+    shape: str
+    nodes: tuple[str, ...]
+
+
+class PreviousPlan(Frozen):
+    """`build --previous OLD/plan.json` (seed 003 App. M replanning): what runs now, and what a
+    change costs: each replica launched or torn down is charged `churn_penalty` x the previous
+    plan's objective (theta for throughput objectives, $/s for min-cost)."""
+
+    plan: str
+    replicas: tuple[PreviousReplica, ...]
+    scale: float
+    price_per_s: float
+    churn_penalty: float
+
+
 class PassReport(Frozen):
     name: str
     status: str
@@ -309,6 +328,7 @@ class Problem(Frozen):
     replicas: tuple[Replica, ...] | None = None
     routing: RoutingTable | None = None
     placements: tuple[ModelPlacement, ...] = ()
+    previous: PreviousPlan | None = None
     reports: tuple[PassReport, ...] = ()
 
     def span(self, key: str):

@@ -11,6 +11,8 @@ with the constraints that bind, in words. Objectives:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hetcompile.ir.errors import InfeasibleError
 from hetcompile.ir.problem import Composition, PassReport, Problem
 from hetcompile.passes.base import Pass, PassContext
@@ -19,6 +21,7 @@ from hetcompile.passes.compose_model import (
     ComposeTables,
     build_model,
     extract,
+    solution_churn,
     solution_cost,
 )
 from hetcompile.passes.solve import SolveResult, SolverOptions, solve
@@ -33,6 +36,21 @@ def tables(ir: Problem) -> ComposeTables:
         for w, v in s.estimate.throughput_rps:
             if v > 0:
                 h[(s.id, w)] = v
+    previous, kappa, removed = None, 0.0, 0
+    if ir.previous is not None:
+        ids = {s.id for s in shapes}
+        previous = {}
+        for r in ir.previous.replicas:
+            if r.shape in ids:
+                previous[r.shape] = previous.get(r.shape, 0) + 1
+            else:
+                removed += 1  # its shape is gone (offer lost, model changed): it must be replaced
+        total = sum(w.demand for w in ir.workloads)
+        if ir.objective == "min-cost":
+            unit = ir.previous.price_per_s or max((s.price_per_s for s in shapes), default=0.0)
+        else:
+            unit = ir.previous.scale * total  # theta in the model's units (compose_model: scaling)
+        kappa = ir.previous.churn_penalty * unit
     return ComposeTables(
         shapes=tuple(s.id for s in shapes),
         workloads=tuple(w.name for w in ir.workloads),
@@ -45,6 +63,9 @@ def tables(ir: Problem) -> ComposeTables:
         owned={o.id: o.owned_nodes * o.gpus_per_node for o in ir.offers},
         price={o.id: o.price_per_gpu_s for o in ir.offers},
         budget=ir.budget_per_s,
+        previous=previous,
+        churn_weight=kappa,
+        removed=removed,
     )
 
 
@@ -124,7 +145,9 @@ def _max_theta(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[Solv
     if sol.theta <= 0:
         raise InfeasibleError("no replica can be afforded and placed: the plan would serve nothing")
     # second stage: the cheapest plan that keeps theta (ties in theta otherwise pick arbitrary extras)
-    res2, sol2 = _solve(t, opts, "compose/min-cost-at-theta", "cost", theta_min=sol.theta * THETA_KEEP)
+    # and, when replanning, no more churn than the first stage chose
+    churn_max = float(sol.churn) if t.previous is not None else None
+    res2, sol2 = _solve(t, opts, "compose/min-cost-at-theta", "cost", theta_min=sol.theta * THETA_KEEP, churn_max=churn_max)
     return res, (sol2 if sol2 is not None else sol)
 
 
@@ -141,6 +164,30 @@ def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[Sol
             break
         res, sol = r2, s2
     return res, sol, notes
+
+
+def churn_notes(ir: Problem, t: ComposeTables, sol: ComposeSolution, opts: SolverOptions) -> list[str]:
+    """What stability cost: the same solve without the churn term, for comparison."""
+    free = replace(t, previous=None, churn_weight=0.0, removed=0)
+    if ir.objective == "min-cost":
+        _, best = _solve(free, opts, "compose/min-cost-no-churn", "cost")
+    else:
+        _, best = _solve(free, opts, "compose/max-theta-no-churn", "theta")
+    kept = sum(min(sol.y.get(c, 0), n) for c, n in (t.previous or {}).items())
+    total = sum((t.previous or {}).values()) + t.removed
+    out = [f"replanning against {ir.previous.plan}: keeps {kept} of {total} running replicas, "
+           f"{sol.churn} launched or torn down (churn penalty {ir.previous.churn_penalty:g} of the previous objective each); "
+           "the solver's objective and bound include that penalty"]
+    if best is not None:
+        if ir.objective == "min-cost":
+            out.append(f"stability costs {_per_h(sol.cost - best.cost)} over the churn-free optimum of {_per_h(best.cost)} "
+                       f"({solution_churn(best.y, t)} changes)")
+        else:
+            lost = max(0.0, 1.0 - sol.theta / best.theta) if best.theta > 0 else 0.0
+            lost = 0.0 if lost < 1e-5 else lost  # the second stage keeps theta within THETA_KEEP
+            out.append(f"stability gives up {100 * lost:.3g}% throughput: {sol.theta:.4g}x vs {best.theta:.4g}x of the demand mix "
+                       f"without the penalty ({solution_churn(best.y, t)} changes)")
+    return out
 
 
 def binding_constraints(ir: Problem, t: ComposeTables, sol: ComposeSolution) -> tuple[str, ...]:
@@ -191,10 +238,18 @@ class Compose(Pass):
                     )
                 raise InfeasibleError(f"the composition MILP found no plan ({res.status})")
         elif ir.objective == "max-throughput-per-dollar":
+            if t.previous is not None:
+                raise InfeasibleError(
+                    "replanning with --previous supports max-throughput, min-makespan and min-cost; "
+                    "max-throughput-per-dollar (Dinkelbach) has no churn term yet",
+                    ir.span("objective"), hint="build without --previous, or switch the objective for the replan",
+                )
             res, sol, more = _dinkelbach(ir, t, ctx.solver)
             notes += more
         else:
             res, sol = _max_theta(ir, t, ctx.solver)
+        if t.previous is not None:
+            notes += churn_notes(ir, t, sol, ctx.solver)
         comp = Composition(
             counts=tuple((c, n) for c, n in sorted(sol.y.items()) if n > 0),
             rates=tuple((c, w, round(v, 9)) for (c, w), v in sorted(sol.r.items()) if v > 1e-9 and sol.y[c] > 0),

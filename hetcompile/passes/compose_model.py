@@ -22,6 +22,13 @@ Objectives: max theta (max-throughput, min-makespan: T = 1/theta); min sum_o p_o
 max theta - q * cost for Dinkelbach's method (max-throughput-per-dollar). One theta across models
 is App. E's shared makespan.
 
+Replanning (003 App. M; `build --previous`): p_c replicas of shape c run now. With
+    u_c >= y_c - p_c, v_c >= p_c - y_c, u, v >= 0        replicas launched / torn down
+    churn = sum_c (u_c + v_c) + (previous replicas whose shape is no longer a candidate)
+the objective is charged kappa * churn: max theta - kappa churn, or min cost + kappa churn, where
+kappa = churn_penalty x the previous plan's theta (or $/s). The second stage of max-throughput
+keeps churn <= the first stage's churn.
+
 Scaling: the model's theta variable is theta_hat = theta * sum_w lambda_w (coverage uses
 lambda_w / sum lambda), so it is the total served in demand units (req/s for rates) whatever
 the unit of lambda: with f_w = 10^7 requests, theta = 1/T would sit below HiGHS's tolerances.
@@ -50,6 +57,9 @@ class ComposeTables:
     owned: dict[str, int]
     price: dict[str, float]  # $/GPU-s
     budget: float | None  # $/s
+    previous: dict[str, int] | None = None  # p_c: replicas of shape c in the running plan
+    churn_weight: float = 0.0  # kappa, in objective units per replica launched or torn down
+    removed: int = 0  # previous replicas whose shape is no longer a candidate (forced churn)
 
 
 def add_var_replicas(m: pyo.ConcreteModel, t: ComposeTables) -> None:
@@ -109,9 +119,23 @@ def add_ineq_budget(m: pyo.ConcreteModel, t: ComposeTables) -> None:
         m.ineq_budget = pyo.Constraint(expr=cost_expr(m, t) <= t.budget)
 
 
-def build_model(t: ComposeTables, objective: str, q: float = 0.0, theta_min: float | None = None) -> pyo.ConcreteModel:
+def add_churn(m: pyo.ConcreteModel, t: ComposeTables):
+    """u_c, v_c and the churn expression (None without a previous plan)."""
+    if t.previous is None:
+        return None
+    p = {c: t.previous.get(c, 0) for c in t.shapes}
+    m.u = pyo.Var(m.C, domain=pyo.NonNegativeReals)
+    m.v = pyo.Var(m.C, domain=pyo.NonNegativeReals)
+    m.ineq_launched = pyo.Constraint(m.C, rule=lambda m, c: m.u[c] >= m.y[c] - p[c])
+    m.ineq_torn_down = pyo.Constraint(m.C, rule=lambda m, c: m.v[c] >= p[c] - m.y[c])
+    return sum(m.u[c] + m.v[c] for c in t.shapes) + t.removed
+
+
+def build_model(
+    t: ComposeTables, objective: str, q: float = 0.0, theta_min: float | None = None, churn_max: float | None = None
+) -> pyo.ConcreteModel:
     """objective: 'theta' (max theta), 'cost' (min cost, theta fixed 1 unless theta_min given),
-    'dinkelbach' (max theta - q * cost)."""
+    'dinkelbach' (max theta - q * cost). With `t.previous`, churn is charged (module docstring)."""
     m = pyo.ConcreteModel(name="compose")
     m.C = pyo.Set(initialize=t.shapes, ordered=True)
     m.W = pyo.Set(initialize=t.workloads, ordered=True)
@@ -124,10 +148,14 @@ def build_model(t: ComposeTables, objective: str, q: float = 0.0, theta_min: flo
     add_ineq_budget(m, t)
     if theta_min is not None:
         m.ineq_theta_min = pyo.Constraint(expr=m.theta >= theta_min * sum(t.demand.values()))
+    churn = add_churn(m, t)
+    kappa = t.churn_weight if churn is not None else 0.0
+    if churn is not None and churn_max is not None:
+        m.ineq_churn = pyo.Constraint(expr=churn <= churn_max + 1e-6)
     if objective == "theta":
-        m.obj = pyo.Objective(expr=m.theta, sense=pyo.maximize)
+        m.obj = pyo.Objective(expr=m.theta - (kappa * churn if kappa else 0), sense=pyo.maximize)
     elif objective == "cost":
-        m.obj = pyo.Objective(expr=cost_expr(m, t), sense=pyo.minimize)
+        m.obj = pyo.Objective(expr=cost_expr(m, t) + (kappa * churn if kappa and churn_max is None else 0), sense=pyo.minimize)
     elif objective == "dinkelbach":
         m.obj = pyo.Objective(expr=m.theta - q * sum(t.demand.values()) * cost_expr(m, t), sense=pyo.maximize)
     else:
@@ -141,13 +169,20 @@ class ComposeSolution:
     r: dict[tuple[str, str], float]
     theta: float
     cost: float  # $/s, from y (owned GPUs free)
+    churn: int = 0  # replicas launched + torn down against the previous plan
 
 
 def extract(m: pyo.ConcreteModel, t: ComposeTables, fixed_theta: bool) -> ComposeSolution:
     y = {c: int(round(pyo.value(m.y[c]))) for c in t.shapes}
     r = {cw: max(0.0, float(pyo.value(m.r[cw]))) for cw in sorted(t.h)}
     theta = 1.0 if fixed_theta else float(pyo.value(m.theta)) / sum(t.demand.values())
-    return ComposeSolution(y=y, r=r, theta=theta, cost=solution_cost(y, t))
+    return ComposeSolution(y=y, r=r, theta=theta, cost=solution_cost(y, t), churn=solution_churn(y, t))
+
+
+def solution_churn(y: dict[str, int], t: ComposeTables) -> int:
+    if t.previous is None:
+        return 0
+    return sum(abs(y.get(c, 0) - t.previous.get(c, 0)) for c in t.shapes) + t.removed
 
 
 def solution_cost(y: dict[str, int], t: ComposeTables) -> float:

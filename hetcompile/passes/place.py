@@ -49,35 +49,60 @@ def node_prefix(region: str, gpu: str) -> str:
 
 
 def materialize(ir: Problem) -> tuple[tuple[Node, ...], tuple[Replica, ...]]:
+    """compose's y_c copies of each shape as replicas on fresh nodes. When replanning
+    (`ir.previous`), a copy of a shape that already runs keeps that replica's id and node ids,
+    so explain's diff sees it untouched; new replicas and nodes take the lowest free ids."""
     comp = ir.composition
     counts = dict(comp.counts)
+    running: dict[str, list] = {}
+    for pr in ir.previous.replicas if ir.previous else ():
+        running.setdefault(pr.shape, []).append(pr)
+    reuse = {sid: running.get(sid, [])[: counts[sid]] for sid in counts}
+    taken_ids = {pr.id for prs in reuse.values() for pr in prs}
+    taken_nodes = {n for prs in reuse.values() for pr in prs for n in pr.nodes}
     next_node: dict[str, int] = {}
+    next_rid = [0]
     owned_left = {o.id: o.owned_nodes for o in ir.offers}
+
+    def fresh_node(prefix: str) -> str:
+        idx = next_node.get(prefix, 0)
+        while f"{prefix}-{idx}" in taken_nodes:
+            idx += 1
+        next_node[prefix] = idx + 1
+        return f"{prefix}-{idx}"
+
+    def fresh_rid() -> str:
+        while f"r{next_rid[0]}" in taken_ids:
+            next_rid[0] += 1
+        next_rid[0] += 1
+        return f"r{next_rid[0] - 1}"
+
     nodes: list[Node] = []
     replicas: list[Replica] = []
     for sid in sorted(counts, key=lambda s: (ir.shape(s).model, ir.shape(s).region, ir.shape(s).gpu, s)):
         shape = ir.shape(sid)
         offer = ir.offer(shape.offer)
-        for _ in range(counts[sid]):
+        prefix = node_prefix(offer.region, offer.gpu)
+        for copy in range(counts[sid]):
+            prev = reuse[sid][copy] if copy < len(reuse[sid]) else None
             stages = []
             start = 0
-            for k in shape.partition:
-                prefix = node_prefix(offer.region, offer.gpu)
-                idx = next_node.get(prefix, 0)
-                next_node[prefix] = idx + 1
+            for j, k in enumerate(shape.partition):
                 # a node of `tp` GPUs; owned nodes are used first (they cost nothing)
                 owned = owned_left[offer.id] > 0
                 if owned:
                     owned_left[offer.id] -= 1
                 node = Node(
-                    id=f"{prefix}-{idx}", offer=offer.id, region=offer.region, cloud=offer.cloud, gpu=offer.gpu,
-                    gpus=shape.tp, price_per_s=0.0 if owned else shape.tp * offer.price_per_gpu_s, owned=owned,
+                    id=prev.nodes[j] if prev else fresh_node(prefix), offer=offer.id, region=offer.region,
+                    cloud=offer.cloud, gpu=offer.gpu, gpus=shape.tp,
+                    price_per_s=0.0 if owned else shape.tp * offer.price_per_gpu_s, owned=owned,
                 )
                 nodes.append(node)
                 stages.append(Stage(node=node.id, gpu=offer.gpu, region=offer.region, tp=shape.tp, layer_start=start, layer_end=start + k))
                 start += k
             replicas.append(
-                Replica(id=f"r{len(replicas)}", model=shape.model, shape=sid, stages=tuple(stages), dtype="bfloat16", estimate=shape.estimate)
+                Replica(id=prev.id if prev else fresh_rid(), model=shape.model, shape=sid, stages=tuple(stages),
+                        dtype="bfloat16", estimate=shape.estimate)
             )
     return tuple(nodes), tuple(replicas)
 

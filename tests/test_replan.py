@@ -1,0 +1,102 @@
+"""`hetcompile build SPEC --previous OLD/plan.json`: replanning that prefers the running replicas
+(seed 003 App. M), checked on the quickstart and its explain cases (tests/explain_cases)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from hetcompile.backends.emit import artifacts, write
+from hetcompile.cli import app
+from hetcompile.driver import compile_spec
+from hetcompile.explain.diff import match
+from hetcompile.ir.errors import HetcompileError, InfeasibleError
+
+QUICKSTART = ROOT / "examples" / "quickstart" / "spec.yaml"
+LOST_L4 = ROOT / "tests" / "explain_cases" / "quickstart-lost-l4.yaml"
+
+
+@lru_cache(maxsize=None)
+def old_dir(tmp: str) -> Path:
+    out = Path(tmp) / "old"
+    write(compile_spec(QUICKSTART).ir, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def old(tmp_path_factory) -> Path:
+    return old_dir(str(tmp_path_factory.mktemp("replan")))
+
+
+def plan(ir) -> dict:
+    return json.loads(artifacts(ir)["plan.json"])
+
+
+def kept_ids(old_plan: dict, new_plan: dict) -> set[str]:
+    """Replica ids whose stages (node, layers, tp) are the same in both plans."""
+    def key(r):
+        return tuple((s["node"], tuple(s["layers"]), s["tp"]) for s in r["stages"])
+    old_keys = {r["id"]: key(r) for r in old_plan["replicas"]}
+    return {r["id"] for r in new_plan["replicas"] if old_keys.get(r["id"]) == key(r)}
+
+
+def test_replan_of_the_same_spec_changes_nothing(old):
+    old_plan = json.loads((old / "plan.json").read_text())
+    new = plan(compile_spec(QUICKSTART, previous=old).ir)
+    assert new["replicas"] == old_plan["replicas"]
+    assert new["nodes"] == old_plan["nodes"]
+
+
+def test_churn_penalty_keeps_running_replicas_untouched(old):
+    old_plan = json.loads((old / "plan.json").read_text())
+    free = plan(compile_spec(LOST_L4).ir)
+    sticky_ir = compile_spec(LOST_L4, previous=old, churn_penalty=0.05).ir
+    sticky = plan(sticky_ir)
+    # with the penalty more of the running replicas survive, under their old ids and nodes
+    assert len(kept_ids(old_plan, sticky)) > len(kept_ids(old_plan, free))
+    untouched, _, _, _ = match(old_plan, sticky)
+    not_relabelled = {o["id"] for o, n, relabelled in untouched if not relabelled and o["id"] == n["id"]}
+    assert kept_ids(old_plan, sticky) <= not_relabelled
+    notes = next(p for p in sticky["passes"] if p["name"] == "compose")["notes"]
+    assert any(n.startswith("replanning against quickstart: keeps") for n in notes)
+    assert any(n.startswith("stability gives up") for n in notes)
+    # and it gives up throughput for it, never more than the churn-free optimum
+    assert sticky["totals"]["scale"] <= free["totals"]["scale"] * (1 + 1e-6)
+
+
+def test_zero_penalty_is_the_churn_free_optimum(old):
+    free = plan(compile_spec(LOST_L4).ir)
+    zero = plan(compile_spec(LOST_L4, previous=old, churn_penalty=0.0).ir)
+    assert zero["totals"]["scale"] == pytest.approx(free["totals"]["scale"], rel=1e-5)
+
+
+def test_per_dollar_objective_says_it_has_no_churn_term(old, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(QUICKSTART.read_text().replace("objective: max-throughput", "objective: max-throughput-per-dollar"))
+    assert "max-throughput-per-dollar" in spec.read_text()
+    with pytest.raises(InfeasibleError, match="no churn term"):
+        compile_spec(spec, previous=old)
+
+
+def test_bad_previous_is_a_clean_error(tmp_path):
+    bad = tmp_path / "plan.json"
+    bad.write_text("{}")
+    with pytest.raises(HetcompileError, match="is not a hetcompile plan.json"):
+        compile_spec(QUICKSTART, previous=bad)
+    r = CliRunner().invoke(app, ["build", str(QUICKSTART), "-o", str(tmp_path / "o"), "--previous", str(tmp_path / "nope")])
+    assert r.exit_code == 1 and "cannot read previous plan" in r.output and "Traceback" not in r.output
+
+
+def test_cli_prints_what_stability_cost(old, tmp_path):
+    r = CliRunner().invoke(app, ["build", str(LOST_L4), "-o", str(tmp_path / "o"), "--previous", str(old),
+                                 "--churn-penalty", "5%"])
+    assert r.exit_code == 0, r.output
+    assert "replanning against quickstart" in r.output and "stability gives up" in r.output
+    r = CliRunner().invoke(app, ["build", str(LOST_L4), "-o", str(tmp_path / "o"), "--previous", str(old),
+                                 "--churn-penalty", "lots"])
+    assert r.exit_code == 1 and "--churn-penalty" in r.output
