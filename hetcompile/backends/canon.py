@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import yaml
 
@@ -27,6 +28,11 @@ def canon(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [canon(v) for v in value]
     return value
+
+
+def natural_key(s: str) -> tuple:
+    """Sort key that orders 'r2' before 'r10' (digit runs compare as numbers)."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))
 
 
 def dumps_json(value: object) -> str:

@@ -17,7 +17,7 @@ Task YAML is data: serialized from dicts, never templated.
 
 from __future__ import annotations
 
-from hetcompile.backends.canon import dumps_yaml
+from hetcompile.backends.canon import dumps_yaml, dumps_yaml_docs
 from hetcompile.backends.vllm import NodeScript
 from hetcompile.ir.errors import BackendError
 from hetcompile.ir.problem import Problem, Replica
@@ -94,7 +94,7 @@ def job_group(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:
             "envs": {"HC_PLAN": ir.name, "HC_REPLICA": r.id, "HC_STAGE": str(script.rank)},
             "secrets": {"HF_TOKEN": None}, "run": "\n".join(run) + "\n",
         })
-    return "".join("---\n" + dumps_yaml(d) for d in docs)
+    return dumps_yaml_docs(docs)
 
 
 def replica_task(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:

@@ -25,10 +25,9 @@ with itself, or with a rebuild of the same spec, is empty.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
-from hetcompile.backends.canon import canon
+from hetcompile.backends.canon import canon, natural_key
 from hetcompile.explain import rates
 from hetcompile.explain.migrate import plan_migration
 from hetcompile.explain.model import (
@@ -37,11 +36,6 @@ from hetcompile.explain.model import (
 
 METRICS = ("requests_per_s", "tokens_per_s", "output_tokens_per_s", "price_per_hour", "budget_per_hour", "gpus",
            "objective_value", "bound", "gap", "makespan_s", "scale", "tokens_per_dollar")
-
-
-def natural(s: str) -> tuple:
-    """'r10' after 'r9'."""
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))
 
 
 def stage_keys(plan: dict, r: dict) -> tuple:
@@ -99,8 +93,8 @@ def _similarity(old: dict, o: dict, new: dict, n: dict) -> tuple:
 
 def match(old: dict, new: dict) -> tuple[list[tuple[dict, dict, bool]], list[tuple[dict, dict]], list[dict], list[dict]]:
     """(untouched (o, n, relabelled), changed (o, n), added, removed) by the module docstring's rule."""
-    olds = sorted(old["replicas"], key=lambda r: natural(r["id"]))
-    news = sorted(new["replicas"], key=lambda r: natural(r["id"]))
+    olds = sorted(old["replicas"], key=lambda r: natural_key(r["id"]))
+    news = sorted(new["replicas"], key=lambda r: natural_key(r["id"]))
     used_o: set[str] = set()
     used_n: set[str] = set()
     untouched: list[tuple[dict, dict, bool]] = []
@@ -125,7 +119,7 @@ def match(old: dict, new: dict) -> tuple[list[tuple[dict, dict, bool]], list[tup
     for o in olds:
         for n in news:
             if o["id"] not in used_o and n["id"] not in used_n and o["model"] == n["model"] and gpu_types(o) == gpu_types(n):
-                cands.append((tuple(not x for x in _similarity(old, o, new, n)), natural(o["id"]), natural(n["id"]), o, n))
+                cands.append((tuple(not x for x in _similarity(old, o, new, n)), natural_key(o["id"]), natural_key(n["id"]), o, n))
     changed = []
     for *_, o, n in sorted(cands, key=lambda c: c[:3]):
         if o["id"] not in used_o and n["id"] not in used_n:
@@ -134,8 +128,8 @@ def match(old: dict, new: dict) -> tuple[list[tuple[dict, dict, bool]], list[tup
             changed.append((o, n))
     added = [n for n in news if n["id"] not in used_n]
     removed = [o for o in olds if o["id"] not in used_o]
-    untouched.sort(key=lambda p: natural(p[0]["id"]))
-    changed.sort(key=lambda p: natural(p[0]["id"]))
+    untouched.sort(key=lambda p: natural_key(p[0]["id"]))
+    changed.sort(key=lambda p: natural_key(p[0]["id"]))
     return untouched, changed, added, removed
 
 
@@ -186,7 +180,7 @@ def node_changes(old: dict, new: dict) -> tuple[tuple[NodeRef, ...], tuple[NodeR
                 for n in plan["nodes"]}
 
     a, b = refs(old), refs(new)
-    order = lambda k: (natural(k[0]), str(k[1]))  # noqa: E731
+    order = lambda k: (natural_key(k[0]), str(k[1]))  # noqa: E731
     return tuple(b[k] for k in sorted(set(b) - set(a), key=order)), tuple(a[k] for k in sorted(set(a) - set(b), key=order))
 
 
@@ -199,7 +193,7 @@ def weight_shifts(old: dict, new: dict, pairs: list[tuple[dict, dict]], added: l
             b = rates.weight(new, w, nid) if nid else 0.0
             if not _same(a, b):
                 rows.append(WeightShift(workload=w, old=oid, new=nid, old_weight=a, new_weight=b, delta=b - a))
-    return tuple(sorted(rows, key=lambda s: (s.workload, natural(s.old or "~"), natural(s.new or "~"))))
+    return tuple(sorted(rows, key=lambda s: (s.workload, natural_key(s.old or "~"), natural_key(s.new or "~"))))
 
 
 def metric_deltas(old: dict, new: dict) -> tuple[MetricDelta, ...]:

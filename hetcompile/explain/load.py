@@ -20,15 +20,15 @@ class PlanReadError(HetcompileError):
     kind = "plan error"
 
 
-def read_plan(path: Path) -> dict:
-    """The plan dict at `path` (a plan.json, or a directory with plan.json in it)."""
+def read_plan(path: Path, what: str = "plan") -> dict:
+    """The plan dict at `path` (a plan.json, or a directory with plan.json in it); `what` names it in errors."""
     path = Path(path)
     file = path / "plan.json" if path.is_dir() else path
     try:
         text = file.read_text()
     except OSError as exc:
         hint = "pass OUT/plan.json or the OUT directory of `hetcompile build`"
-        raise PlanReadError(f"cannot read plan {str(file)!r}: {exc.strerror or exc}", hint=hint) from None
+        raise PlanReadError(f"cannot read {what} {str(file)!r}: {exc.strerror or exc}", hint=hint) from None
     try:
         data = json.loads(text)
     except ValueError as exc:

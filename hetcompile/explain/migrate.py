@@ -25,7 +25,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from hetcompile.backends.canon import natural_key
 from hetcompile.explain import rates
+from hetcompile.explain.doc import money
 from hetcompile.explain.model import Dip, Migration, Routed, Step, StepCapacity, Unit
 
 TOL = 1e-9
@@ -36,12 +38,8 @@ class MigrationError(ValueError):
     """A step sequence that cannot be carried out (a bug in the planner, or a hand-edited plan)."""
 
 
-def _natural(s: str | None) -> tuple:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s or ""))
-
-
 def _key(u: Unit) -> tuple:
-    return (_natural(u.old), _natural(u.new))
+    return (natural_key(u.old or ""), natural_key(u.new or ""))
 
 
 class Plans:
@@ -187,10 +185,6 @@ def availability(plan: dict) -> dict[str, int]:
     return out
 
 
-def _money(x: float) -> str:
-    return f"${x:.2f}/h"
-
-
 class Planner:
     """Builds the steps (module docstring); one instance per migration."""
 
@@ -233,14 +227,14 @@ class Planner:
         st = r.get("stages", [])
         where = "+".join(dict.fromkeys(s.get("region", "?") for s in st))
         gpu = "+".join(dict.fromkeys(s.get("gpu", "?") for s in st))
-        return f"{gpu} tp{st[0].get('tp') if st else '?'} pp{len(st)} in {where}, {_money(self.p.price(u))}"
+        return f"{gpu} tp{st[0].get('tp') if st else '?'} pp{len(st)} in {where}, {money(self.p.price(u))}"
 
     def launch(self, u: Unit) -> None:
         self.emit("launch", u, f"launch {u.label} ({self._describe(u)}) and wait until healthy")
 
     def leave(self, u: Unit) -> None:
         self.emit("drain", u, f"drain {u.label}: out of the routing table, wait for its in-flight requests")
-        self.emit("teardown", u, f"tear down {u.label} (-{_money(self.p.price(u))})")
+        self.emit("teardown", u, f"tear down {u.label} (-{money(self.p.price(u))})")
 
     def final_route(self) -> None:
         routed = {u: "new" for u in self.state.running if u.new is not None}
@@ -287,8 +281,8 @@ class Planner:
         if self.ceiling is not None:
             verdict = "fits" if "$" not in short else "exceeds it: rolling replacement, one replica at a time"
             self.checks.append(
-                f"budget: old and new side by side cost {_money(price)}; the ceiling is {_money(self.ceiling)} "
-                f"(the larger of the new budget {_money(float(self.budget))} and the old plan's {_money(self.old_price)}); {verdict}")
+                f"budget: old and new side by side cost {money(price)}; the ceiling is {money(self.ceiling)} "
+                f"(the larger of the new budget {money(float(self.budget))} and the old plan's {money(self.old_price)}); {verdict}")
         else:
             self.checks.append("budget: neither plan has one; old and new run side by side")
         gp = State(together, {}).gpus(self.p)

@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 
 from hetcompile import placement
+from hetcompile.backends.canon import natural_key
 from hetcompile.ir.errors import PassError
 from hetcompile.ir.problem import (
     ChainSummary,
@@ -176,7 +177,8 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
     single_model = len({w.model for w in ir.workloads}) == 1
     spare = idle_owned(ir, nodes) if single_model else []
     final_nodes: dict[str, Node] = {}
-    out: list[tuple[Replica, dict[str, float]]] = []  # replica, h_{r,w}
+    out: list[Replica] = []  # replica ids r0, r1, ... in model order
+    lp: dict[str, tuple[float, dict[tuple[str, str], float]]] = {}  # model -> theta, x_{r,w} (rates.py)
     summaries, notes = [], []
     status, objective, bound, gap = "ok", None, None, None
     for m in ir.models:
@@ -185,21 +187,22 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
         pool = [node_by_id[s.node] for r in mine for s in r.stages] + spare
         pp = placement_problem(ir, m.name, pool)
         res = placement.place(pp, mode="chains", objective=cfg.objective, options=opts) if pp.groups else None
-        if res is not None:
-            _verify(res, pp)
         shared = None
-        if res is not None and cfg.compare_shared:
-            shared = placement.place(pp, mode="shared", objective=cfg.objective, options=opts,
-                                     partial_inference=cfg.partial_inference)
-            _verify(shared, pp)
+        if res is not None:
+            res.verify(pp)  # raises PassError when networkx's max flow disagrees with the reported flow
+            if cfg.compare_shared:
+                shared = placement.place(pp, mode="shared", objective=cfg.objective, options=opts,
+                                         partial_inference=cfg.partial_inference)
+                shared.verify(pp)
         demand = {w.name: w.demand for w in ws}
         units_c = compose_units(pp, mine)
         ests_c = {rid: chain_estimate(pp, u, ws) for rid, u in units_c.items()}
         theta_c, _ = max_scale({k: dict(e.throughput_rps) for k, e in ests_c.items()}, demand, opts, name="place-rates")
         da_c = sum(chain_eval(pp, u).capacity for u in units_c.values())
         chains = list(res.chains) if res is not None else []
-        ests_p = {c.id: chain_estimate(pp, c.stages, ws) for c in chains}
-        theta_p, _ = max_scale({k: dict(e.throughput_rps) for k, e in ests_p.items()}, demand, opts, name="place-rates")
+        rid_of = {c.id: f"r{len(out) + i}" for i, c in enumerate(chains)}
+        ests_p = {rid_of[c.id]: chain_estimate(pp, c.stages, ws) for c in chains}
+        theta_p, x_p = max_scale({k: dict(e.throughput_rps) for k, e in ests_p.items()}, demand, opts, name="place-rates")
         kept = "placement" if theta_p > theta_c * (1 + 1e-6) else "compose"
         pool_by_id = {n.id: n for n in pool}
         if kept == "placement":
@@ -211,13 +214,16 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
                     for u in c.stages
                 )
                 gpus = "+".join(sorted({s.gpu for s in stages}))
-                r = Replica(id="", model=m.name, shape=f"{m.name}|chain|{gpus}|tp{c.tp}|pp{c.depth}|{c.id}", stages=stages,
-                            dtype="bfloat16", estimate=ests_p[c.id])
-                out.append((r, dict(ests_p[c.id].throughput_rps)))
+                rid = rid_of[c.id]
+                out.append(Replica(id=rid, model=m.name, shape=f"{m.name}|chain|{gpus}|tp{c.tp}|pp{c.depth}|{c.id}",
+                                   stages=stages, dtype="bfloat16", estimate=ests_p[rid]))
+            lp[m.name] = (theta_p, x_p)
         else:
-            for r in mine:
+            kept_reps = [r.model_copy(update={"id": f"r{len(out) + i}"}) for i, r in enumerate(mine)]
+            for r in kept_reps:
                 final_nodes.update({s.node: node_by_id[s.node] for s in r.stages})
-                out.append((r, dict(r.estimate.throughput_rps)))
+            out += kept_reps
+            lp[m.name] = max_scale({r.id: dict(r.estimate.throughput_rps) for r in kept_reps}, demand, opts, name="place-rates")
         if res is None:
             notes.append(f"{m.name}: no pool node holds a layer of it; kept compose's replicas")
             continue
@@ -231,10 +237,10 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
             shared_bound=shared.bound if shared else None, shared_gap=shared.gap if shared else None,
             compose_depth_aware_capacity=da_c, scale_placement=theta_p, scale_compose=theta_c,
             chains=tuple(
-                ChainSummary(replica=c.id, depth=c.depth, tp=c.tp, concurrency=c.concurrency,
-                             concurrency_limit=_unit_ref(c.concurrency_limit), micro_batch=c.micro_batch,
-                             capacity_tokens_per_s=c.capacity, binding=_unit_ref(c.binding), helix_flow=c.helix_flow,
-                             split_nodes=c.split_nodes)
+                ChainSummary(replica=rid_of[c.id] if kept == "placement" else c.id, depth=c.depth, tp=c.tp,
+                             concurrency=c.concurrency, concurrency_limit=_unit_ref(c.concurrency_limit),
+                             micro_batch=c.micro_batch, capacity_tokens_per_s=c.capacity, binding=_unit_ref(c.binding),
+                             helix_flow=c.helix_flow, split_nodes=c.split_nodes)
                 for c in chains
             ),
         ))
@@ -245,56 +251,31 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
         objective, bound, gap = res.value, res.bound, res.gap
         if res.gap is None or res.gap > ir.solver.mip_gap:
             status = "feasible"
-    # replica ids in model order; chain ids are renamed to the replica ids they became
-    renamed: list[tuple[Replica, dict[str, float]]] = []
-    chain_ids: dict[tuple[str, str], str] = {}
-    for i, (r, h) in enumerate(out):
-        rid = f"r{i}"
-        if "|chain|" in r.shape:
-            chain_ids[(r.model, r.shape.rsplit("|", 1)[1])] = rid
-        renamed.append((r.model_copy(update={"id": rid}), h))
-    summaries = [s.model_copy(update={"chains": tuple(c.model_copy(update={"replica": chain_ids.get((s.model, c.replica), c.replica)})
-                                                      for c in s.chains)}) for s in summaries]
-    composition = _rates(ir, renamed, opts)
     report = PassReport(name="place", status=status, time_s=0.0, objective=objective, bound=bound, gap=gap, notes=tuple(notes))
     return ir.model_copy(update={
-        "nodes": tuple(sorted(final_nodes.values(), key=lambda n: (n.region, n.gpu, _natural(n.id)))),
-        "replicas": tuple(r for r, _ in renamed), "composition": composition, "placements": tuple(summaries),
+        "nodes": tuple(sorted(final_nodes.values(), key=lambda n: (n.region, n.gpu, natural_key(n.id)))),
+        "replicas": tuple(out), "composition": _composition(ir, out, lp), "placements": tuple(summaries),
         "reports": (*ir.reports, report),
     })
 
 
-def _natural(s: str) -> tuple:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))
-
-
-def _verify(res: PlacementResult, pp) -> None:
-    res.verify(pp)  # raises PassError when networkx's max flow disagrees with the reported flow
-
-
-def _rates(ir: Problem, reps: list[tuple[Replica, dict[str, float]]], opts: SolverOptions) -> Composition:
-    """Composition of the final replicas: one 'shape' per replica, rates from passes/rates.py."""
+def _composition(ir: Problem, reps: list[Replica], lp: dict[str, tuple[float, dict[tuple[str, str], float]]]) -> Composition:
+    """Composition of the final replicas from each model's rate LP (passes/rates.py): the plan's
+    scale is the smallest theta over models, and every model's x is scaled down to it."""
     comp = ir.composition
-    thetas, xs = [], {}
-    for m in ir.models:
-        demand = {w.name: w.demand for w in ir.workloads if w.model == m.name}
-        cap = {r.id: h for r, h in reps if r.model == m.name}
-        theta, x = max_scale(cap, demand, opts, name="place-rates")
-        thetas.append(theta)
-        xs[m.name] = (theta, x)
-    scale = min(thetas) if thetas else 0.0
+    scale = min((theta for theta, _ in lp.values()), default=0.0)
     if ir.objective == "min-cost":
         scale = min(scale, comp.scale)  # serve the demand, not more
     # route.py reads rates per shape over all copies: sum the copies of compose's kept shapes
-    shape_of = {r.id: r.shape for r, _ in reps}
+    shape_of = {r.id: r.shape for r in reps}
     per_shape: dict[tuple[str, str], float] = {}
-    for _, (theta, x) in sorted(xs.items()):
+    for _, (theta, x) in sorted(lp.items()):
         f = scale / theta if theta > 0 else 0.0
         for (rid, w), v in sorted(x.items()):
             per_shape[(shape_of[rid], w)] = per_shape.get((shape_of[rid], w), 0.0) + v * f
     rates = [(sh, w, v) for (sh, w), v in sorted(per_shape.items()) if v > 0]
     counts: dict[str, int] = {}
-    for r, _ in reps:
+    for r in reps:
         counts[r.shape] = counts.get(r.shape, 0) + 1
     binding = (*comp.binding, f"placement: {len(reps)} replicas serve {scale:.4g}x the demand mix (compose: {comp.scale:.4g}x)")
     return comp.model_copy(update={"counts": tuple(sorted(counts.items())), "rates": tuple(rates), "scale": scale, "binding": binding})

@@ -122,7 +122,7 @@ def chain_estimate(p: PlacementProblem, stages: Sequence[StageUnit], ws: Sequenc
     """
     tput, conc, bind, ttft, tpot = [], [], [], [], []
     kv_tokens = min(unit_profile(p, u).kv_token_layers[u.layers - 1] / u.layers for u in stages)
-    decode = prefill = math.inf
+    decode = math.inf
     for w in sorted(ws, key=lambda w: w.name):
         pw = replace(p, model=replace(p.model, input_tokens=w.input_tokens, output_tokens=w.output_tokens))
         ev = chain_eval(pw, stages)

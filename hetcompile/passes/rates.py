@@ -15,7 +15,7 @@ scale is the smallest theta over models.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import pyomo.environ as pyo
 
