@@ -29,15 +29,19 @@ def _fail(exc: HetcompileError) -> None:
     raise typer.Exit(code=1)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        out.print(f"hetcompile {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
     debug: bool = typer.Option(False, "--debug", help="show tracebacks for errors"),
-    version: bool = typer.Option(False, "--version", help="print the version and exit"),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="print the version and exit"),
 ) -> None:
     _state["debug"] = debug
-    if version:
-        out.print(f"hetcompile {__version__}")
-        raise typer.Exit()
 
 
 @app.command()

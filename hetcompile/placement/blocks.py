@@ -24,10 +24,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
-
 from hetcompile.placement.result import StageUnit
-from hetcompile.placement.solver import small_milp
+from hetcompile.placement.solver import small_lp, small_milp
 from hetcompile.placement.tables import GroupTable, best_split
 
 Q = 400  # capacity resolution of the pricing DP (units of F / Q)
@@ -138,9 +136,9 @@ class BlockSearch:
         for _ in range(max_rounds):
             cl = list(cols)
             R = np.array([self._units(b) for b in cl]).T
-            res = linprog(-np.array([b[0] for b in cl], dtype=float), A_ub=R, b_ub=self.N, bounds=(0, None), method="highs")
-            self.last_lp = -res.fun
-            pi = -res.ineqlin.marginals
+            res = small_lp(np.array([b[0] for b in cl], dtype=float), R, self.N)
+            self.last_lp = res.objective
+            pi = res.duals
             added = 0
             for length in lengths:
                 cost, blk = self._price(length, F, pi)

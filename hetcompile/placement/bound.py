@@ -34,9 +34,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
-
-from hetcompile.placement.solver import small_milp
+from hetcompile.placement.solver import small_lp, small_milp
 from hetcompile.placement.tables import GroupTable
 
 Pattern = tuple[tuple[int, int, int], ...]  # ((table index, k, multiplicity), ...)
@@ -134,10 +132,10 @@ class PatternBound:
         val = 0.0
         for _ in range(500):
             R = np.array([self._usage(pat) for pat in cols]).T
-            res = linprog(-np.ones(len(cols)), A_ub=R, b_ub=self.N, bounds=(0, None), method="highs")
+            res = small_lp(np.ones(len(cols)), R, self.N)
             self.lp_solves += 1
-            val = -res.fun
-            pi = -res.ineqlin.marginals
+            val = res.objective
+            pi = res.duals
             self.duals = pi
             if early and val >= self.L * (1 - 1e-7):
                 return val, True  # feasible already (LP tolerance counts as feasible: keeps the bound valid)

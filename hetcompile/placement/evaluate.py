@@ -40,10 +40,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
-from scipy.optimize import linprog
 
 from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
+from hetcompile.placement.solver import small_lp
 from hetcompile.placement.tables import host, interp, node_pair_cap
 
 # -- Helix semantics --------------------------------------------------------------------------
@@ -266,7 +266,7 @@ def shared_capacity(p: PlacementProblem, units: Sequence[StageUnit], paths: list
         first, last = by_id[pu[0]].node, by_id[pu[-1]].node
         hops += p.link(last, SINK).latency + p.link(SOURCE, first).latency
         ub.append(c / (sum(t[x] for x in pu) + hops))
-    res = linprog(-np.ones(len(paths)), A_ub=np.array(A), b_ub=np.array(rhs), bounds=[(0, u) for u in ub], method="highs")
-    X = -res.fun if res.status == 0 else 0.0
+    res = small_lp(np.ones(len(paths)), np.array(A), np.array(rhs), np.array(ub))
+    X = res.objective if res.x is not None else 0.0
     m = p.model
     return float(X * (1.0 + m.input_tokens / m.output_tokens))

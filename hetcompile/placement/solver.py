@@ -61,3 +61,21 @@ def small_milp(
     x = np.array(h.getSolution().col_value)
     duals = np.array(h.getSolution().row_dual) if not integer.any() else None
     return SmallResult(x, float(info.objective_function_value), st == highspy.HighsModelStatus.kOptimal, duals)
+
+
+def small_lp(c: np.ndarray, A_ub: np.ndarray, b_ub: np.ndarray, col_hi: np.ndarray | float = np.inf, *,
+             time_limit_s: float = 10.0) -> SmallResult:
+    """max c x s.t. A_ub x <= b_ub, 0 <= x <= col_hi: the LP form placement's bounds and pricing use.
+
+    `duals` are the prices pi >= 0 of the rows (d objective / d b_ub), what column generation
+    prices patterns with. Solved as min -c x, whose HiGHS row duals are <= 0 on binding rows.
+    """
+    c = np.asarray(c, dtype=float)
+    n = len(c)
+    A = np.asarray(A_ub, dtype=float).reshape(-1, n)
+    b = np.asarray(b_ub, dtype=float)
+    hi = np.broadcast_to(np.asarray(col_hi, dtype=float), (n,))
+    res = small_milp(-c, A, np.full(len(b), -np.inf), b, np.zeros(n), hi, np.zeros(n, dtype=bool), time_limit_s=time_limit_s)
+    if res.x is None:
+        return res
+    return SmallResult(res.x, -res.objective, res.optimal, None if res.duals is None else -res.duals)
