@@ -174,6 +174,8 @@ class BlockSearch:
         """Bisection on F; returns the best integer block solution found."""
         deadline = time.perf_counter() + time_limit_s
         best = None
+        if hi <= 1e-9 * max(1.0, lo):  # a bound of (numerically) zero: no flow to search for
+            return None
         # try near the top first: when the bound is tight the first probe already succeeds
         probes = [hi * (1 - 1e-6)]
         while time.perf_counter() < deadline:
