@@ -61,7 +61,7 @@ def build(
     """Compile SPEC into a plan and its artifacts under OUT."""
     from hetcompile.backends.canon import dumps_json
     from hetcompile.backends.emit import write
-    from hetcompile.backends.plan_json import plan_dict
+    from hetcompile.backends.plan_json import plan_doc
     from hetcompile.driver import compile_spec
 
     log = (lambda m: None) if quiet else (lambda m: err.print(f"  {m}", markup=False))
@@ -88,15 +88,16 @@ def build(
         _fail(exc)
         return
     if not quiet:
-        t = plan_dict(res.ir)["totals"]
-        gap = "-" if t["gap"] is None else f"{100 * t['gap']:.3g}%"
+        t = plan_doc(res.ir).totals
+        num = lambda x: "-" if x is None else format(x, ".6g")  # noqa: E731
+        gap = "-" if t.gap is None else f"{100 * t.gap:.3g}%"
         out.print(
-            f"plan {res.ir.name}: {len(res.ir.replicas)} replicas on {t['gpus']} GPUs, "
-            f"{t['requests_per_s']:.4g} req/s, {t['tokens_per_s']:.4g} tokens/s, ${t['price_per_hour']:.2f}/h "
-            f"(objective {t['objective_value']:.6g}, bound {t['bound'] if t['bound'] is None else format(t['bound'], '.6g')}, gap {gap})"
+            f"plan {res.ir.name}: {len(res.ir.replicas)} replicas on {t.gpus} GPUs, "
+            f"{t.requests_per_s:.4g} req/s, {t.tokens_per_s:.4g} tokens/s, ${t.price_per_hour:.2f}/h "
+            f"(objective {num(t.objective_value)} {t.objective_unit}, bound {num(t.bound)}, gap {gap})"
         )
-        for b in t["binding"]:
-            out.print(f"  binds: {b}")
+        for b in t.binding:
+            out.print(f"  binds: {b.text}")
         compose = next((p for p in res.ir.reports if p.name == "compose"), None)
         for note in compose.notes if compose and previous is not None else ():
             if note.startswith(("replanning", "stability")):

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 from hetcompile.ir.lower import load_problem
-from hetcompile.explain.load import read_plan
+from hetcompile.ir.plan_io import read_plan_doc
 from hetcompile.ir.previous import DEFAULT_CHURN_PENALTY, previous_plan
 from hetcompile.passes import default_pipeline
 from hetcompile.passes.base import PassContext, PipelineResult, run_pipeline
@@ -26,7 +26,7 @@ def compile_spec(
     their ids and nodes."""
     ir, _, _ = load_problem(spec_path)
     if previous is not None:
-        ir = ir.model_copy(update={"previous": previous_plan(read_plan(previous, "previous plan"), churn_penalty)})
+        ir = ir.model_copy(update={"previous": previous_plan(read_plan_doc(previous, "previous plan"), churn_penalty)})
     s = ir.solver
     ctx = PassContext(solver=SolverOptions(time_limit_s=s.time_limit_s, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed), log=log)
     return run_pipeline(ir, default_pipeline(), ctx, stop_after=stop_after, dump_after=dump_after)

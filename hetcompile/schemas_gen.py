@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hetcompile.backends.canon import dumps_json
 from hetcompile.explain.model import json_schema as explain_schema
+from hetcompile.ir.plan import PlanDoc
 from hetcompile.ir.routing import RoutingTable
 from hetcompile.ir.spec import Spec
 
@@ -15,7 +16,11 @@ def schemas() -> dict[str, str]:
     routing = RoutingTable.model_json_schema()
     routing["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     routing["title"] = "hetcompile routing table"
+    plan = PlanDoc.model_json_schema()
+    plan["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    plan["title"] = "hetcompile plan (OUT/plan.json)"
     return {
+        "plan.schema.json": dumps_json(plan),
         "spec.schema.json": dumps_json(spec),
         "routing.schema.json": dumps_json(routing),
         "explain.schema.json": dumps_json(explain_schema()),  # `hetcompile explain --format json`, both kinds

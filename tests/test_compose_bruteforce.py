@@ -10,8 +10,8 @@ From the (y, theta(y), cost(y)) table it reads off the max theta, the min cost a
 the min cost at theta >= theta*, the max theta / cost ratio and max theta - q cost, and the
 tests compare these with `build_model` + `solve` and with the `Compose` pass (all four
 objectives) on a `Problem` built around the same tables, to a relative 1e-6 (the pass's
-max-throughput-per-dollar only where no GPU is owned: free GPUs make the ratio unbounded, see the
-known-bug section).
+max-throughput-per-dollar only where no GPU is owned: free GPUs make the ratio unbounded, and then
+the pass's plan rents nothing, see the last section).
 
 Seed 003 App. C (three GPU types, budget 8 $/h, 80 + 20 requests, a TP config on 2x t2) is
 checked exactly: the paper's hand-made Case 3 plan finishes in 28.67 s; the MILP must find a
@@ -21,9 +21,8 @@ split of w1).
 Units as in `ComposeTables`: prices in $/GPU-second, budget in $/s (the $/h numbers below are
 divided by 3600).
 
-The last section holds minimal tests of known bugs, marked xfail(strict=True): each fails today
-(with the exception or assertion named in its marker) and turns into an XPASS failure once the
-bug is fixed, so the marker must be removed with the fix.
+The last section holds minimal tests of bugs these brute forces found (tiny prices, Dinkelbach
+with owned GPUs, the per-dollar note's unit), now fixed.
 """
 
 from __future__ import annotations
@@ -249,8 +248,19 @@ def random_case(seed: int) -> Case:
     return Case(f"random-{seed}", make_tables(offers, shapes, demand, budget), model_of)
 
 
+def priced(case: Case, k: float) -> Case:
+    """The same instance with every price and the budget times k: $0.001/GPU-h GPUs must neither
+    look free to the solver nor tie with plans a tenth of their price dearer (nor $1000/GPU-h
+    ones overflow its tolerances)."""
+    t = case.t
+    t2 = ComposeTables(**{**t.__dict__, "price": {o: p * k for o, p in t.price.items()},
+                          "budget": None if t.budget is None else t.budget * k})
+    return Case(f"{case.name}-x{k:g}", t2, case.model_of)
+
+
 RANDOM_CASES = [random_case(s) for s in range(20)]
-CASES = hand_cases() + RANDOM_CASES
+PRICED_CASES = [priced(c, k) for k in (1e-3, 1e3) for c in hand_cases() + RANDOM_CASES[:8]]
+CASES = hand_cases() + RANDOM_CASES + PRICED_CASES
 
 
 # ---- brute force ---------------------------------------------------------------------------------
@@ -564,6 +574,26 @@ def test_pass_max_throughput_per_dollar_is_the_best_ratio(case):
 # ---- seed 003 App. C --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c.has_owned], ids=repr)
+def test_pass_max_throughput_per_dollar_with_owned_gpus(case):
+    """Owned GPUs are free: if they alone serve anything, the ratio is unbounded at $0/h and the
+    plan is the best owned-only one; otherwise it is the best ratio, as without owned GPUs."""
+    bf = brute(case)
+    if bf.max_theta() <= 0:
+        with pytest.raises(InfeasibleError):
+            run_pass(case, "max-throughput-per-dollar")
+        return
+    comp, y, r, report = run_pass(case, "max-throughput-per-dollar")
+    cost = solution_cost(y, case.t)
+    free = max(th for _, th, c in bf.plans if c == 0)
+    if free > 1e-9:
+        assert cost == 0 and comp.scale == pytest.approx(free, rel=REL)
+        assert any(n.startswith("owned GPUs alone serve") for n in report.notes)
+    else:
+        assert comp.scale / cost == pytest.approx(bf.max_ratio(), rel=REL)
+    assert_valid_plan(case.t, y, r, comp.scale * (1 - 1e-8))
+
+
 def test_app_c_case_3_hand_plan_is_28_67_s():
     """The paper's Case 3: 1x t1 + TP on 2x t2 (8 $/h); t1 takes 15 % of w1 and all of w2."""
     t = app_c_tables()
@@ -616,7 +646,7 @@ def test_workload_nothing_serves_is_named():
         run_pass(case, "min-cost")
 
 
-# ---- known bugs: minimal failing tests (strict xfail: they fail today and must pass after the fix) --
+# ---- regressions: bugs these brute forces found (once strict-xfail, now fixed) --------------------
 
 
 def _with_unused_offer() -> ComposeTables:
@@ -659,12 +689,6 @@ def test_unused_offer_in_a_spec(tmp_path):
     assert all("T4" not in c for c, _ in ir.composition.counts)
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="BUG: cost in $/s (~1e-4 per GPU) is below HiGHS's 1e-6 pruning tolerance; plans 0.001 $/h "
-    "apart tie, and a dearer one is reported optimal with bound = incumbent",
-)
 def test_min_cost_separates_plans_a_tenth_of_a_cent_apart():
     """a: 2 GPUs at 0.690 $/h, 1.0 req/s each; b: 2 GPUs at 0.691 $/h, 1.9 req/s; demand 2.5 req/s.
     1a + 1b (2.9 req/s, 1.381 $/h) is the cheapest; 2b (3.8 req/s, 1.382 $/h) is what HiGHS returns."""
@@ -682,28 +706,19 @@ def test_min_cost_separates_plans_a_tenth_of_a_cent_apart():
     assert res.bound <= 1.381 / H * unit * (1 + REL)  # the dual bound must not exceed the optimum
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="BUG: with owned GPUs Dinkelbach stops when its subproblem returns a free (cost 0) plan, "
-    "and keeps the max-throughput plan",
-)
 def test_per_dollar_with_owned_gpus_is_at_least_the_best_paid_ratio():
-    """owned-gpus-are-free: the pass returns the max-theta plan (3.10x demand at 3 $/h, ratio 1.03
-    per $/h) although 1.64 per $/h is attainable with rented GPUs and 0.95x demand is free (ratio
-    infinite). Whatever the intended semantics, the ratio must be at least the best paid one."""
+    """owned-gpus-are-free: 0.95x demand is free (ratio infinite), 1.64 per $/h the best paid ratio,
+    3.10x demand at 3 $/h the max-theta plan (which the pass used to return). Whatever the
+    semantics, the ratio must be at least the best paid one; ours: the best owned-only plan."""
     case = next(c for c in CASES if c.name == "owned-gpus-are-free")
     comp, y, _, _ = run_pass(case, "max-throughput-per-dollar")
     cost = solution_cost(y, case.t)
     ratio = comp.scale / cost if cost > 0 else math.inf
     assert ratio >= brute(case).max_ratio() * (1 - REL)
+    free = max(th for _, th, c in brute(case).plans if c == 0)
+    assert cost == 0 and comp.scale == pytest.approx(free, rel=REL)
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="BUG: the note prints q * 3600 (x demand per $/s, times 3600) where q / 3600 (x demand per $/h) is meant",
-)
 def test_dinkelbach_note_is_per_dollar_per_hour():
     case = next(c for c in CASES if c.name == "one-workload-tp-shapes")
     comp, y, _, report = run_pass(case, "max-throughput-per-dollar")

@@ -186,7 +186,7 @@ def test_single_type_default_runs_no_placement(tmp_path):
     path = write_spec(tmp_path)
     path.write_text(path.read_text().replace("pipelines: mixed", "pipelines: single-type"))
     plan = json.loads(artifacts(compile_spec(path).ir)["plan.json"])
-    assert "placement" not in plan
+    assert not plan["placement"]
     assert not any(r["mixed"] for r in plan["replicas"])
 
 

@@ -1,6 +1,8 @@
-"""plan.json: the canonical, byte-stable plan (DESIGN.md §Plan).
+"""plan.json: the finished Problem IR as a `PlanDoc` (hetcompile/ir/plan.py), canonical and byte-stable.
 
 Wall-clock times are left out on purpose (they differ run to run); they go to timings.json.
+`totals` are computed from the emitted replicas and nodes; the bound comes from the solve whose
+search space contains the plan (compose, when its replicas are deployed as they are).
 """
 
 from __future__ import annotations
@@ -8,7 +10,19 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from hetcompile import __version__
+from hetcompile.ir.plan import (
+    Compiler, EngineSettings, PassSummary, PlanDoc, PlanModel, PlanNode, PlanReplica, PlanStage, PlanWorkload,
+    ReplicaWorkload, Slo, Totals,
+)
 from hetcompile.ir.problem import Problem, Replica
+from hetcompile.passes.solve import relative_gap
+
+OBJECTIVE_UNIT = {
+    "max-throughput": "x demand",
+    "min-makespan": "x demand",
+    "min-cost": "$/h",
+    "max-throughput-per-dollar": "x demand per $/h",
+}
 
 
 def solver_version() -> str:
@@ -29,106 +43,107 @@ def workload_rates(ir: Problem) -> dict[str, float]:
     return {w.name: scale * w.demand for w in ir.workloads}
 
 
-def totals(ir: Problem) -> dict:
+def achieved(ir: Problem, price_per_hour: float) -> float | None:
+    """The emitted plan's objective value, in the unit of OBJECTIVE_UNIT."""
+    theta = ir.composition.scale
+    if ir.objective == "min-cost":
+        return price_per_hour
+    if ir.objective == "max-throughput-per-dollar":
+        return theta / price_per_hour if price_per_hour > 0 else None  # owned-only plan: unbounded
+    return theta
+
+
+def proven_bound(ir: Problem) -> tuple[float | None, str]:
+    """(bound, its source). compose's bound holds for the emitted plan only when its replicas are
+    deployed as they are (placement kept none of its own) and no churn term is in its objective."""
+    compose = next((r for r in ir.reports if r.name == "compose"), None)
+    if compose is None or compose.bound is None:
+        return None, "none: no solve proved a bound"
+    if any(p.kept == "placement" for p in ir.placements):
+        return None, "none: compose's bound covers single-type replicas; the placed chains are outside its search space"
+    if ir.previous is not None:
+        return None, "none: compose's bound includes the churn penalty of --previous"
+    return compose.bound, "compose"
+
+
+def totals(ir: Problem) -> Totals:
     rates = workload_rates(ir)
     ws = {w.name: w for w in ir.workloads}
-    rps = sum(rates.values())
     prompt = sum(v * ws[w].input_tokens for w, v in rates.items())
     output = sum(v * ws[w].output_tokens for w, v in rates.items())
     cost = sum(n.price_per_s for n in ir.nodes)
-    compose = next((r for r in ir.reports if r.name == "compose"), None)
-    out = {
-        "requests_per_s": rps,
-        "tokens_per_s": prompt + output,
-        "output_tokens_per_s": output,
-        "price_per_hour": cost * 3600,
-        "budget_per_hour": ir.budget_per_s * 3600 if ir.budget_per_s is not None else None,
-        "scale": ir.composition.scale,
-        "binding": list(ir.composition.binding),
-        "objective": ir.objective,
-        "objective_value": compose.objective if compose else None,
-        "bound": compose.bound if compose else None,
-        "gap": compose.gap if compose else None,
-        "gpus": sum(n.gpus for n in ir.nodes),
-    }
-    if any(w.demand_kind == "requests" for w in ir.workloads):
-        out["makespan_s"] = 1.0 / ir.composition.scale
-    if cost > 0:
-        out["tokens_per_dollar"] = (prompt + output) / cost
-    return out
+    value = achieved(ir, cost * 3600)
+    bound, source = proven_bound(ir)
+    return Totals(
+        requests_per_s=sum(rates.values()), tokens_per_s=prompt + output, output_tokens_per_s=output,
+        price_per_hour=cost * 3600, budget_per_hour=ir.budget_per_s * 3600 if ir.budget_per_s is not None else None,
+        scale=ir.composition.scale, gpus=sum(n.gpus for n in ir.nodes), objective=ir.objective,
+        objective_value=value, objective_unit=OBJECTIVE_UNIT[ir.objective], bound=bound,
+        gap=relative_gap(value, bound), bound_source=source,
+        makespan_s=1.0 / ir.composition.scale if any(w.demand_kind == "requests" for w in ir.workloads) and ir.composition.scale > 0 else None,
+        tokens_per_dollar=(prompt + output) / cost if cost > 0 else None,
+        binding=ir.composition.binding,
+    )
 
 
-def plan_dict(ir: Problem) -> dict:
-    by_model = {m.name: m for m in ir.models}
-    replicas = []
-    for r in ir.replicas:
-        est = r.estimate
-        per_w = {}
-        for w, rps in est.throughput_rps:
-            per_w[w] = {
-                "capacity_requests_per_s": rps,
-                "concurrency": dict(est.concurrency)[w],
-                "binding": dict(est.binding)[w],
-                "ttft_s": dict(est.ttft_s).get(w),
-                "tpot_s": dict(est.tpot_s).get(w),
-            }
-        replicas.append(
-            {
-                "id": r.id,
-                "model": r.model,
-                "served_name": by_model[r.model].served_name,
-                "shape": r.shape,
-                "dtype": r.dtype,
-                "mixed": r.mixed,
-                "tp": r.stages[0].tp,
-                "pp": len(r.stages),
-                "partition": [s.layers for s in r.stages],
-                "stages": [
-                    {"node": s.node, "gpu": s.gpu, "region": s.region, "tp": s.tp, "layers": [s.layer_start, s.layer_end]}
-                    for s in r.stages
-                ],
-                "kv_capacity_tokens": est.kv_capacity_tokens,
-                "prefill_tokens_per_s": est.prefill_tokens_per_s,
-                "decode_tokens_per_s": est.decode_tokens_per_s,
-                "estimate_source": est.source,
-                "workloads": per_w,
-                "price_per_hour": replica_price_per_s(ir, r) * 3600,
-            }
-        )
-    routing = {}
-    out_placement = [p.model_dump(mode="json") for p in ir.placements]
+def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
+    est = r.estimate
+    conc, bind, ttft, tpot = dict(est.concurrency), dict(est.binding), dict(est.ttft_s), dict(est.tpot_s)
+    return PlanReplica(
+        id=r.id, model=r.model, served_name=ir.model(r.model).served_name, shape=r.shape, dtype=r.dtype, mixed=r.mixed,
+        tp=r.stages[0].tp, pp=len(r.stages), partition=tuple(s.layers for s in r.stages),
+        stages=tuple(PlanStage(node=s.node, gpu=s.gpu, region=s.region, tp=s.tp, layers=(s.layer_start, s.layer_end))
+                     for s in r.stages),
+        kv_capacity_tokens=est.kv_capacity_tokens, prefill_tokens_per_s=est.prefill_tokens_per_s,
+        decode_tokens_per_s=est.decode_tokens_per_s, estimate_source=est.source,
+        workloads={w: ReplicaWorkload(capacity_requests_per_s=rps, concurrency=conc[w], binding=bind[w],
+                                      ttft_s=ttft.get(w), tpot_s=tpot.get(w))
+                   for w, rps in est.throughput_rps},
+        price_per_hour=replica_price_per_s(ir, r) * 3600,
+    )
+
+
+def next_replica(ir: Problem) -> int:
+    """One past the highest replica number this plan or its predecessors used (ids are never reused)."""
+    used = [int(r.id[1:]) for r in ir.replicas if r.id[:1] == "r" and r.id[1:].isdigit()]
+    prev = ir.previous.next_replica if ir.previous is not None else 0
+    return max([prev, *(u + 1 for u in used)])
+
+
+def plan_doc(ir: Problem) -> PlanDoc:
+    served = workload_rates(ir)
+    routing: dict[str, dict[str, float]] = {}
     for m in ir.routing.models:
         for c in m.classes:
             routing[c.name] = {w.replica: w.weight for w in c.weights}
-    return {
-        "compiler": {"name": "hetcompile", "version": __version__, "solver": solver_version()},
-        "plan": ir.name,
-        "spec_hash": ir.spec_hash,
-        "models": [
-            {"name": m.name, "served_name": m.served_name, "weights": m.weights, "max_model_len": m.max_model_len, "layers": m.arch.layers}
-            for m in ir.models
-        ],
-        "workloads": [
-            {
-                "name": w.name, "model": w.model, "input_tokens": w.input_tokens, "output_tokens": w.output_tokens,
-                "demand": w.demand, "demand_kind": w.demand_kind, "served_requests_per_s": workload_rates(ir)[w.name],
-            }
+    return PlanDoc(
+        compiler=Compiler(version=__version__, solver=solver_version()),
+        plan=ir.name, spec_hash=ir.spec_hash,
+        models=tuple(PlanModel(name=m.name, served_name=m.served_name, weights=m.weights, max_model_len=m.max_model_len,
+                               layers=m.arch.layers) for m in ir.models),
+        workloads=tuple(
+            PlanWorkload(name=w.name, model=w.model, input_tokens=w.input_tokens, output_tokens=w.output_tokens,
+                         demand=w.demand, demand_kind=w.demand_kind, served_requests_per_s=served[w.name],
+                         slo=Slo(ttft_s=w.ttft_slo, tpot_s=w.tpot_slo) if (w.ttft_slo or w.tpot_slo) else None)
             for w in ir.workloads
-        ],
-        "nodes": [
-            {"id": n.id, "offer": n.offer, "region": n.region, "cloud": n.cloud, "gpu": n.gpu, "gpus": n.gpus,
-             "price_per_hour": n.price_per_s * 3600, "owned": n.owned}
-            for n in ir.nodes
-        ],
-        "replicas": replicas,
-        "routing": routing,
-        "totals": totals(ir),
-        "passes": [
-            {"name": p.name, "status": p.status, "objective": p.objective, "bound": p.bound, "gap": p.gap, "notes": list(p.notes)}
-            for p in ir.reports
-        ],
-        **({"placement": out_placement} if out_placement else {}),
-    }
+        ),
+        engine=EngineSettings(max_num_seqs=ir.engine.max_num_seqs, gpu_memory_utilization=ir.engine.gpu_memory_utilization,
+                              port=ir.engine.port, router_port=ir.engine.router_port),
+        nodes=tuple(PlanNode(id=n.id, offer=n.offer, region=n.region, cloud=n.cloud, gpu=n.gpu, gpus=n.gpus,
+                             owned_gpus=n.owned_gpus, owned=n.owned, price_per_hour=n.price_per_s * 3600) for n in ir.nodes),
+        replicas=tuple(replica_doc(ir, r) for r in ir.replicas),
+        routing=routing,
+        totals=totals(ir),
+        passes=tuple(PassSummary(name=p.name, status=p.status, objective=p.objective, bound=p.bound, gap=p.gap, notes=p.notes)
+                     for p in ir.reports),
+        placement=ir.placements,
+        next_replica=next_replica(ir),
+    )
+
+
+def plan_dict(ir: Problem) -> dict:
+    """plan.json's content (JSON types, not yet rounded: dumps_json rounds)."""
+    return plan_doc(ir).model_dump(mode="json")
 
 
 def timings_dict(ir: Problem) -> dict:

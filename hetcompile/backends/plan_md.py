@@ -27,10 +27,12 @@ def summary(plan: dict) -> str:
     t = plan["totals"]
     if t["objective"] == "min-cost":
         return f"every workload rate met for ${t['price_per_hour']:.2f}/h."
-    if t["objective"] == "min-makespan" and "makespan_s" in t:
+    if t["objective"] == "min-makespan" and t.get("makespan_s") is not None:
         return f"all requests done in {t['makespan_s']:.4g} s."
-    if t["objective"] == "max-throughput-per-dollar" and "tokens_per_dollar" in t:
-        return f"{t['tokens_per_dollar'] / 3600:.4g} tokens per dollar-second ({t['tokens_per_dollar']:.4g} tokens/s per $/s)."
+    if t["objective"] == "max-throughput-per-dollar":
+        if t.get("tokens_per_dollar") is None:
+            return f"{t['requests_per_s']:.4g} requests/s on owned GPUs alone, at $0/h (renting would lower throughput per dollar)."
+        return f"{t['tokens_per_dollar']:.4g} tokens per dollar ({t['objective_value']:.4g}x the demand mix per $/h)."
     return f"{t['requests_per_s']:.4g} requests/s within budget and availability."
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hetcompile.ir.routing import RoutingTable
 
@@ -202,6 +202,18 @@ class Shape(Frozen):
         return self.tp * self.pp
 
 
+class Binding(Frozen):
+    """A constraint that stops the plan from growing (or, for `demand`, that it meets exactly)."""
+
+    kind: Annotated[Literal["budget", "availability", "demand", "placement", "slo", "other"],
+                    Field(description="which constraint family")]
+    subject: Annotated[str | None, Field(description="what it is about: the offer id for availability")] = None
+    used: Annotated[float | None, Field(description="how much of the limit the plan uses")] = None
+    limit: Annotated[float | None, Field(description="the limit")] = None
+    unit: Annotated[str | None, Field(description="unit of used and limit: '$/h', 'GPUs', 'x demand'")] = None
+    text: Annotated[str, Field(description="the same, in words")]
+
+
 class Composition(Frozen):
     """compose: how many replicas of each shape, and what share of each workload they take."""
 
@@ -209,7 +221,7 @@ class Composition(Frozen):
     rates: tuple[tuple[str, str, float], ...] = Field(description="(shape, workload, req/s over all copies)")
     scale: Annotated[float, Field(description="theta: multiple of the demand mix served")]
     objective: str
-    binding: tuple[str, ...] = Field(description="constraints that bind the plan, in words")
+    binding: tuple[Binding, ...] = Field(description="constraints that bind the plan")
 
 
 class Node(Frozen):
@@ -219,8 +231,16 @@ class Node(Frozen):
     cloud: str
     gpu: str
     gpus: int
-    price_per_s: float
-    owned: bool = False
+    price_per_s: Annotated[float, Field(description="$ per second for the rented GPUs: (gpus - owned_gpus) x the offer's price")]
+    owned: Annotated[bool, Field(description="every GPU of the node is owned (costs nothing)")] = False
+    owned_gpus: Annotated[int, Field(ge=0, description="how many of the node's GPUs are owned")] = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _owned_means_every_gpu(cls, data):
+        if isinstance(data, dict) and data.get("owned") and "owned_gpus" not in data:
+            data = {**data, "owned_gpus": data.get("gpus", 0)}
+        return data
 
 
 class Replica(Frozen):
@@ -289,6 +309,7 @@ class PreviousPlan(Frozen):
     scale: float
     price_per_s: float
     churn_penalty: float
+    next_replica: int = Field(default=0, description="ids r0 .. r{n-1} are taken: new replicas get higher ones")
 
 
 class PassReport(Frozen):

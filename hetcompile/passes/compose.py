@@ -6,7 +6,13 @@ Builds `ComposeTables` from the profiled shapes, explains up front what makes a 
 with the constraints that bind, in words. Objectives:
   max-throughput / min-makespan   max theta, then (second solve) the cheapest plan with that theta
   min-cost                        min $/h with theta = 1 (every workload's rate met)
-  max-throughput-per-dollar       Dinkelbach: max theta - q cost, q <- theta/cost until no gain
+  max-throughput-per-dollar       Dinkelbach: max theta - q cost, q <- theta/cost until no gain,
+                                  then (second solve) the largest plan at that ratio q*. Owned
+                                  GPUs cost nothing: when they alone serve theta_0 > 0 the ratio
+                                  is unbounded at $0/h and any rented GPU lowers it, so the plan
+                                  is the best owned-only one (and the notes say what renting buys)
+Reported objective and bound: theta (x the demand mix) for max-throughput / min-makespan; $/h for
+min-cost; x demand per $/h for max-throughput-per-dollar.
 """
 
 from __future__ import annotations
@@ -14,17 +20,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hetcompile.ir.errors import InfeasibleError
-from hetcompile.ir.problem import Composition, PassReport, Problem
+from hetcompile.ir.problem import Binding, Composition, PassReport, Problem
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes.compose_model import (
     ComposeSolution,
     ComposeTables,
     build_model,
     extract,
+    model_cost_to_per_s,
     solution_churn,
     solution_cost,
 )
-from hetcompile.passes.solve import SolveResult, SolverOptions, solve
+from hetcompile.passes.solve import SolveResult, SolverOptions, relative_gap, solve
 
 THETA_KEEP = 1 - 1e-6  # second stage keeps theta within this factor of the first stage's
 
@@ -151,19 +158,43 @@ def _max_theta(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[Solv
     return res, (sol2 if sol2 is not None else sol)
 
 
-def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[SolveResult, ComposeSolution, list[str]]:
+RATIO_KEEP = 1 - 1e-7  # Dinkelbach's second stage keeps theta / cost within this factor of q*
+
+
+def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[SolveResult, ComposeSolution, list[str], tuple]:
+    """max theta / cost ($/s). Returns (last result, plan, notes, (objective, bound) in x demand per $/h)."""
+    notes: list[str] = []
+    if any(t.owned.values()):
+        res0, free = _solve(replace(t, budget=0.0), opts, "compose/owned-only", "theta")
+        if free is not None and free.theta > 1e-9:
+            res, paid = _max_theta(ir, t, opts)
+            notes.append(
+                f"owned GPUs alone serve {free.theta:.4g}x the demand mix at $0/h: throughput per dollar is unbounded "
+                f"there and any rented GPU lowers it, so the plan rents nothing (max-throughput would serve "
+                f"{paid.theta:.4g}x for {_per_h(paid.cost)})"
+            )
+            return res0, free, notes, (None, None)
     res, sol = _max_theta(ir, t, opts)
-    notes = []
-    for it in range(12):
-        if sol.cost <= 0:
-            break
-        q = sol.theta / sol.cost
+    q = sol.theta / sol.cost
+    last = res
+    for it in range(30):
         r2, s2 = _solve(t, opts, f"compose/dinkelbach-{it}", "dinkelbach", q=q)
+        last = r2
         if s2 is None or s2.cost <= 0 or s2.theta / s2.cost <= q * (1 + 1e-9):
-            notes.append(f"dinkelbach converged after {it + 1} solves at {q * 3600:.4g} x demand per $/h")
+            notes.append(f"dinkelbach converged after {it + 1} solves at {q / 3600:.6g} x demand per $/h")
             break
-        res, sol = r2, s2
-    return res, sol, notes
+        res, sol, q = r2, s2, s2.theta / s2.cost
+    # every k copies of the most efficient replicas share the ratio q*: take the largest such plan
+    r3, s3 = _solve(t, opts, "compose/max-theta-at-ratio", "theta", ratio_min=q * RATIO_KEEP)
+    if s3 is not None and s3.cost > 0 and s3.theta / s3.cost >= q * RATIO_KEEP * (1 - 1e-9):
+        sol = s3
+    # upper bound on the ratio from the last subproblem: theta_hat - q_hat cost <= b for every plan,
+    # and every plan that serves anything costs at least the cheapest replica
+    cheapest = min((solution_cost({c: 1}, t) for c in t.shapes), default=0.0)
+    bound = None
+    if last.bound is not None and cheapest > 0 and last.status == "optimal":
+        bound = (q + max(0.0, last.bound) / (sum(t.demand.values()) * cheapest)) / 3600
+    return res, sol, notes, (sol.theta / sol.cost / 3600, bound)
 
 
 def churn_notes(ir: Problem, t: ComposeTables, sol: ComposeSolution, opts: SolverOptions) -> list[str]:
@@ -190,8 +221,8 @@ def churn_notes(ir: Problem, t: ComposeTables, sol: ComposeSolution, opts: Solve
     return out
 
 
-def binding_constraints(ir: Problem, t: ComposeTables, sol: ComposeSolution) -> tuple[str, ...]:
-    """Constraints that stop the plan from growing, in words (integer slack < one more replica)."""
+def binding_constraints(ir: Problem, t: ComposeTables, sol: ComposeSolution) -> tuple[Binding, ...]:
+    """Constraints that stop the plan from growing (integer slack < one more replica)."""
     out = []
     used_shapes = [c for c, n in sol.y.items() if n > 0]
     if t.budget is not None:
@@ -199,14 +230,17 @@ def binding_constraints(ir: Problem, t: ComposeTables, sol: ComposeSolution) -> 
         add = [solution_cost({**sol.y, c: sol.y[c] + 1}, t) - sol.cost for c in t.shapes]
         fits = [a for a, c in zip(add, t.shapes) if a <= left + 1e-12 and _fits_avail(t, sol.y, c)]
         if not fits:
-            out.append(f"budget: {_per_h(sol.cost)} of {_per_h(t.budget)} used; no further replica fits in {_per_h(left)}")
+            out.append(Binding(kind="budget", used=sol.cost * 3600, limit=t.budget * 3600, unit="$/h",
+                               text=f"budget: {_per_h(sol.cost)} of {_per_h(t.budget)} used; no further replica fits in {_per_h(left)}"))
     for o in t.offers:
         used = sum(t.shape_gpus[c] * n for c, n in sol.y.items() if t.shape_offer[c] == o)
         smallest = min((t.shape_gpus[c] for c in used_shapes if t.shape_offer[c] == o), default=None)
         if smallest is not None and t.avail[o] - used < smallest:
-            out.append(f"availability: {o} uses {used} of {t.avail[o]} GPUs")
+            out.append(Binding(kind="availability", subject=o, used=used, limit=t.avail[o], unit="GPUs",
+                               text=f"availability: {o} uses {used} of {t.avail[o]} GPUs"))
     if ir.objective == "min-cost":
-        out.append("demand: every workload rate is met at least cost")
+        out.append(Binding(kind="demand", used=1.0, limit=1.0, unit="x demand",
+                           text="demand: every workload rate is met at least cost"))
     return tuple(out)
 
 
@@ -214,6 +248,19 @@ def _fits_avail(t: ComposeTables, y: dict[str, int], c: str) -> bool:
     o = t.shape_offer[c]
     used = sum(t.shape_gpus[s] * n for s, n in y.items() if t.shape_offer[s] == o)
     return used + t.shape_gpus[c] <= t.avail[o]
+
+
+def reported_objective(ir: Problem, t: ComposeTables, res: SolveResult, ratio: tuple | None) -> tuple[float | None, float | None]:
+    """(objective, bound) in the user's units: theta (x the demand mix), $/h for min-cost, or the
+    per-dollar ratio (x demand per $/h) Dinkelbach found. The model's theta is theta * sum(lambda)
+    and its cost is in units of the dearest GPU (compose_model: scaling)."""
+    if ratio is not None:
+        return ratio
+    if ir.objective == "min-cost":
+        conv = lambda v: None if v is None else model_cost_to_per_s(v, t) * 3600  # noqa: E731
+    else:
+        conv = lambda v: None if v is None else v / sum(t.demand.values())  # noqa: E731
+    return conv(res.objective), conv(res.bound)
 
 
 class Compose(Pass):
@@ -244,7 +291,7 @@ class Compose(Pass):
                     "max-throughput-per-dollar (Dinkelbach) has no churn term yet",
                     ir.span("objective"), hint="build without --previous, or switch the objective for the replan",
                 )
-            res, sol, more = _dinkelbach(ir, t, ctx.solver)
+            res, sol, more, ratio = _dinkelbach(ir, t, ctx.solver)
             notes += more
         else:
             res, sol = _max_theta(ir, t, ctx.solver)
@@ -257,12 +304,9 @@ class Compose(Pass):
             objective=ir.objective,
             binding=binding_constraints(ir, t, sol),
         )
-        # the model's theta is theta * sum(lambda) (compose_model: scaling); report theta itself
-        unit = 1.0 if ir.objective == "min-cost" else sum(t.demand.values())
+        objective, bound = reported_objective(ir, t, res, ratio if ir.objective == "max-throughput-per-dollar" else None)
         report = PassReport(
-            name=self.name, status=res.status, time_s=res.time_s,
-            objective=None if res.objective is None else res.objective / unit,
-            bound=None if res.bound is None else res.bound / unit, gap=res.gap,
-            notes=tuple(notes),
+            name=self.name, status=res.status, time_s=res.time_s, objective=objective, bound=bound,
+            gap=relative_gap(objective, bound), notes=tuple(notes),
         )
         return ir.model_copy(update={"composition": comp, "reports": (*ir.reports, report)})

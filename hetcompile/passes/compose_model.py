@@ -32,7 +32,10 @@ keeps churn <= the first stage's churn.
 Scaling: the model's theta variable is theta_hat = theta * sum_w lambda_w (coverage uses
 lambda_w / sum lambda), so it is the total served in demand units (req/s for rates) whatever
 the unit of lambda: with f_w = 10^7 requests, theta = 1/T would sit below HiGHS's tolerances.
-`extract` divides it back.
+Costs are likewise measured in units of kappa_$ = the dearest offered GPU's price (`cost_unit`):
+p_o / kappa_$ is in (0, 1] and the budget row and cost objective are O(1) numbers whatever the
+currency scale, so plans $0.001/h apart stay apart at HiGHS's absolute tolerances (1e-6) and a
+GPU priced $0.001/h is not "free". `extract` and `model_cost_to_per_s` convert back.
 """
 
 from __future__ import annotations
@@ -110,13 +113,20 @@ def add_ineq_availability(m: pyo.ConcreteModel, t: ComposeTables) -> None:
     )
 
 
+def cost_unit(t: ComposeTables) -> float:
+    """kappa_$ ($/GPU-s): the dearest offer's price, the model's unit of cost (1.0 if all are free)."""
+    return max((p for p in t.price.values() if p > 0), default=1.0)
+
+
 def cost_expr(m: pyo.ConcreteModel, t: ComposeTables):
-    return sum(t.price[o] * m.g[o] for o in t.offers)
+    """Rented cost in units of kappa_$ (the model's cost unit)."""
+    k = cost_unit(t)
+    return sum((t.price[o] / k) * m.g[o] for o in t.offers if t.price[o] > 0)
 
 
 def add_ineq_budget(m: pyo.ConcreteModel, t: ComposeTables) -> None:
     if t.budget is not None:
-        m.ineq_budget = pyo.Constraint(expr=cost_expr(m, t) <= t.budget)
+        m.ineq_budget = pyo.Constraint(expr=cost_expr(m, t) <= t.budget / cost_unit(t))
 
 
 def add_churn(m: pyo.ConcreteModel, t: ComposeTables):
@@ -132,10 +142,13 @@ def add_churn(m: pyo.ConcreteModel, t: ComposeTables):
 
 
 def build_model(
-    t: ComposeTables, objective: str, q: float = 0.0, theta_min: float | None = None, churn_max: float | None = None
+    t: ComposeTables, objective: str, q: float = 0.0, theta_min: float | None = None, churn_max: float | None = None,
+    ratio_min: float | None = None,
 ) -> pyo.ConcreteModel:
     """objective: 'theta' (max theta), 'cost' (min cost, theta fixed 1 unless theta_min given),
-    'dinkelbach' (max theta - q * cost). With `t.previous`, churn is charged (module docstring)."""
+    'dinkelbach' (max theta - q * cost, q in theta per $/s). With `t.previous`, churn is charged
+    (module docstring): `t.churn_weight` is in theta per replica for 'theta', in $/s per replica
+    for 'cost'."""
     m = pyo.ConcreteModel(name="compose")
     m.C = pyo.Set(initialize=t.shapes, ordered=True)
     m.W = pyo.Set(initialize=t.workloads, ordered=True)
@@ -148,16 +161,20 @@ def build_model(
     add_ineq_budget(m, t)
     if theta_min is not None:
         m.ineq_theta_min = pyo.Constraint(expr=m.theta >= theta_min * sum(t.demand.values()))
+    if ratio_min is not None:  # theta / cost >= ratio_min (theta per $/s), linear as theta - q cost >= 0
+        m.ineq_ratio_min = pyo.Constraint(expr=m.theta >= ratio_min * sum(t.demand.values()) * cost_unit(t) * cost_expr(m, t))
     churn = add_churn(m, t)
     kappa = t.churn_weight if churn is not None else 0.0
     if churn is not None and churn_max is not None:
         m.ineq_churn = pyo.Constraint(expr=churn <= churn_max + 1e-6)
+    k = cost_unit(t)
     if objective == "theta":
         m.obj = pyo.Objective(expr=m.theta - (kappa * churn if kappa else 0), sense=pyo.maximize)
     elif objective == "cost":
-        m.obj = pyo.Objective(expr=cost_expr(m, t) + (kappa * churn if kappa and churn_max is None else 0), sense=pyo.minimize)
+        charge = (kappa / k) * churn if kappa and churn_max is None else 0
+        m.obj = pyo.Objective(expr=cost_expr(m, t) + charge, sense=pyo.minimize)
     elif objective == "dinkelbach":
-        m.obj = pyo.Objective(expr=m.theta - q * sum(t.demand.values()) * cost_expr(m, t), sense=pyo.maximize)
+        m.obj = pyo.Objective(expr=m.theta - q * sum(t.demand.values()) * k * cost_expr(m, t), sense=pyo.maximize)
     else:
         raise ValueError(objective)
     return m
@@ -191,3 +208,8 @@ def solution_cost(y: dict[str, int], t: ComposeTables) -> float:
         used = sum(t.shape_gpus[c] * n for c, n in y.items() if t.shape_offer[c] == o)
         cost += t.price[o] * max(0, used - t.owned[o])
     return cost
+
+
+def model_cost_to_per_s(value: float, t: ComposeTables) -> float:
+    """A cost in the model's unit (a 'cost' objective value or bound) in $/s."""
+    return value * cost_unit(t)

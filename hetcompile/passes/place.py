@@ -28,6 +28,7 @@ from hetcompile import placement
 from hetcompile.backends.canon import natural_key
 from hetcompile.ir.errors import PassError
 from hetcompile.ir.problem import (
+    Binding,
     ChainSummary,
     Composition,
     ModelPlacement,
@@ -59,11 +60,15 @@ def materialize(ir: Problem) -> tuple[tuple[Node, ...], tuple[Replica, ...]]:
     for pr in ir.previous.replicas if ir.previous else ():
         running.setdefault(pr.shape, []).append(pr)
     reuse = {sid: running.get(sid, [])[: counts[sid]] for sid in counts}
-    taken_ids = {pr.id for prs in reuse.values() for pr in prs}
-    taken_nodes = {n for prs in reuse.values() for pr in prs for n in pr.nodes}
+    # ids are never reused: a new replica must not take the id (and so the cluster name) of one
+    # the previous plan ran or had retired, whatever its shape
+    taken_ids = {pr.id for pr in ir.previous.replicas} if ir.previous else set()
+    next_rid = [ir.previous.next_replica if ir.previous else 0]
+    taken_nodes = {n for pr in ir.previous.replicas for n in pr.nodes} if ir.previous else set()
     next_node: dict[str, int] = {}
-    next_rid = [0]
-    owned_left = {o.id: o.owned_nodes for o in ir.offers}
+    # owned capacity is counted in GPUs, as compose counts it: slices of an owned multi-GPU node
+    # are all owned, and a node is billed for the GPUs beyond what is owned
+    owned_left = {o.id: o.owned_nodes * o.gpus_per_node for o in ir.offers}
 
     def fresh_node(prefix: str) -> str:
         idx = next_node.get(prefix, 0)
@@ -89,14 +94,13 @@ def materialize(ir: Problem) -> tuple[tuple[Node, ...], tuple[Replica, ...]]:
             stages = []
             start = 0
             for j, k in enumerate(shape.partition):
-                # a node of `tp` GPUs; owned nodes are used first (they cost nothing)
-                owned = owned_left[offer.id] > 0
-                if owned:
-                    owned_left[offer.id] -= 1
+                # a node of `tp` GPUs; owned GPUs are used first (they cost nothing)
+                free = min(shape.tp, owned_left[offer.id])
+                owned_left[offer.id] -= free
                 node = Node(
                     id=prev.nodes[j] if prev else fresh_node(prefix), offer=offer.id, region=offer.region,
                     cloud=offer.cloud, gpu=offer.gpu, gpus=shape.tp,
-                    price_per_s=0.0 if owned else shape.tp * offer.price_per_gpu_s, owned=owned,
+                    price_per_s=(shape.tp - free) * offer.price_per_gpu_s, owned=free == shape.tp, owned_gpus=free,
                 )
                 nodes.append(node)
                 stages.append(Stage(node=node.id, gpu=offer.gpu, region=offer.region, tp=shape.tp, layer_start=start, layer_end=start + k))
@@ -109,20 +113,23 @@ def materialize(ir: Problem) -> tuple[tuple[Node, ...], tuple[Replica, ...]]:
 
 
 def idle_owned(ir: Problem, nodes: Sequence[Node]) -> list[Node]:
-    """Owned nodes compose did not use, as whole nodes (ids continue each offer's numbering)."""
+    """Owned GPUs compose did not use, as whole nodes plus one node of the GPUs left over from a
+    partly used owned node (ids continue each offer's numbering)."""
     used: dict[str, int] = {}
     last: dict[str, int] = {}
     for n in nodes:
-        used[n.offer] = used.get(n.offer, 0) + (1 if n.owned else 0)
+        used[n.offer] = used.get(n.offer, 0) + n.owned_gpus
         prefix, _, k = n.id.rpartition("-")
         last[prefix] = max(last.get(prefix, -1), int(k))
     out = []
     for o in sorted(ir.offers, key=lambda o: o.id):
         prefix = node_prefix(o.region, o.gpu)
-        for _ in range(o.owned_nodes - used.get(o.id, 0)):
+        idle = o.owned_nodes * o.gpus_per_node - used.get(o.id, 0)
+        sizes = [o.gpus_per_node] * (idle // o.gpus_per_node) + ([idle % o.gpus_per_node] if idle % o.gpus_per_node else [])
+        for g in sizes:
             last[prefix] = last.get(prefix, -1) + 1
             out.append(Node(id=f"{prefix}-{last[prefix]}", offer=o.id, region=o.region, cloud=o.cloud, gpu=o.gpu,
-                            gpus=o.gpus_per_node, price_per_s=0.0, owned=True))
+                            gpus=g, price_per_s=0.0, owned=True, owned_gpus=g))
     return out
 
 
@@ -165,7 +172,8 @@ def chain_nodes(pool: dict[str, Node], res: PlacementResult) -> dict[str, Node]:
                 out[n.id] = n
             else:  # a slice is its own Kubernetes pod / machine of `tp` GPUs
                 share = u.tp / n.gpus
-                out[slice_id(u.unit)] = n.model_copy(update={"id": slice_id(u.unit), "gpus": u.tp, "price_per_s": n.price_per_s * share})
+                out[slice_id(u.unit)] = n.model_copy(update={"id": slice_id(u.unit), "gpus": u.tp, "price_per_s": n.price_per_s * share,
+                                                                 "owned_gpus": round(n.owned_gpus * share)})
     return out
 
 
@@ -277,7 +285,8 @@ def _composition(ir: Problem, reps: list[Replica], lp: dict[str, tuple[float, di
     counts: dict[str, int] = {}
     for r in reps:
         counts[r.shape] = counts.get(r.shape, 0) + 1
-    binding = (*comp.binding, f"placement: {len(reps)} replicas serve {scale:.4g}x the demand mix (compose: {comp.scale:.4g}x)")
+    binding = (*comp.binding, Binding(kind="placement", used=scale, limit=None, unit="x demand",
+                                      text=f"placement: {len(reps)} replicas serve {scale:.4g}x the demand mix (compose: {comp.scale:.4g}x)"))
     return comp.model_copy(update={"counts": tuple(sorted(counts.items())), "rates": tuple(rates), "scale": scale, "binding": binding})
 
 
