@@ -99,7 +99,7 @@ def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
         workloads={w: ReplicaWorkload(capacity_requests_per_s=rps, concurrency=conc[w], binding=bind[w],
                                       ttft_s=ttft.get(w), tpot_s=tpot.get(w))
                    for w, rps in est.throughput_rps},
-        price_per_hour=replica_price_per_s(ir, r) * 3600,
+        price_per_hour=replica_price_per_s(ir, r) * 3600, step_model=est.step_model,
     )
 
 

@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetcompile.ir.problem import Binding, ModelPlacement
+from hetcompile.perf.stepmodel import ReplicaModel
 
 PLAN_FORMAT = "hetcompile-plan/1"
 
@@ -104,6 +105,7 @@ class PlanReplica(_Doc):
     estimate_source: Literal["analytic", "measured"]
     workloads: Annotated[dict[str, ReplicaWorkload], Field(description="capacity per workload this replica can serve")]
     price_per_hour: Annotated[float, Field(description="$/h of its nodes")]
+    step_model: Annotated[ReplicaModel | None, Field(description="step times its capacity comes from (perf/stepmodel.py); the simulator replays them")] = None
 
 
 class Totals(_Doc):

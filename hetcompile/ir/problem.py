@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hetcompile.ir.routing import RoutingTable
+from hetcompile.perf.stepmodel import ReplicaModel
 
 
 class Frozen(BaseModel):
@@ -183,6 +184,7 @@ class ShapeEstimate(Frozen):
     ttft_s: tuple[tuple[str, float], ...] = ()
     tpot_s: tuple[tuple[str, float], ...] = ()
     source: Literal["analytic", "measured"] = "analytic"
+    step_model: ReplicaModel | None = Field(default=None, description="the step-time model the capacity comes from")
 
 
 class Shape(Frozen):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from hetcompile.ir.problem import MeasuredShape, Offer, PerfEntry, Problem, Shape, ShapeEstimate
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.perf import analytic
+from hetcompile.perf.capacity import chain_capacity
 
 EXTRA_DEPTH = 1
 
@@ -56,12 +57,11 @@ def estimate_shape(ir: Problem, model: str, offer: Offer, entry: PerfEntry, part
     kv = [analytic.stage_kv_tokens(entry, k, i == 0, i == d - 1) for i, k in enumerate(partition)]
     stages = [(gpu, entry.tp, k, kv[i]) for i, k in enumerate(partition)]
     lat, bw = _intra_link(ir, offer.region)
+    rm = analytic.replica_model(m.arch, m.dtype_bytes, stages, lat, bw, ir.engine.max_num_seqs)
     rps, conc, bind, ttft, tpot = [], [], [], [], []
     pre = dec = 0.0
     for w in (w for w in ir.workloads if w.model == model):
-        est = analytic.chain_estimate(
-            m.arch, m.dtype_bytes, stages, lat, bw, w.input_tokens, w.output_tokens, ir.engine.max_num_seqs
-        )
+        est = chain_capacity(rm, w.input_tokens, w.output_tokens)
         rps.append((w.name, est.requests_per_s))
         conc.append((w.name, est.concurrency))
         bind.append((w.name, est.binding))
@@ -71,6 +71,7 @@ def estimate_shape(ir: Problem, model: str, offer: Offer, entry: PerfEntry, part
     return ShapeEstimate(
         kv_capacity_tokens=int(min(kv)), prefill_tokens_per_s=pre, decode_tokens_per_s=dec, throughput_rps=tuple(rps),
         concurrency=tuple(conc), binding=tuple(bind), ttft_s=tuple(ttft), tpot_s=tuple(tpot), source="analytic",
+        step_model=rm,
     )
 
 

@@ -12,21 +12,13 @@ Per node of GPU g with TP t (memory M, FLOP/s F, bandwidth B, interconnect X):
                                         reserve per GPU (activations, CUDA context/graphs)
     KV(k) = (U - k*W_L - extras) / (k * kappa)     tokens of KV a stage with k layers holds
     max_layers = largest k with KV(k) >= max_model_len (vLLM refuses to start otherwise)
-Stage times (k layers, batch of B sequences of mean context s; eta_c, eta_m efficiencies):
-    t_dec(k, B, s) = k * max(2*P_L*B / (t*F*eta_c), (W_L + B*s*kappa) / (t*B_mem*eta_m))
-                     + k * 2 * allreduce(B*h*b)  (t > 1: ring, 2(t-1)/t * bytes / X + alpha)
-    t_pre(k, p)    = k * max((2*P_L*p + 2*p*p*n_h*d_h) / (t*F*eta_c), W_L / (t*B_mem*eta_m))
-                     + k * 2 * allreduce(p*h*b)
-Replica = chain of d stages, same TP (what vLLM runs). For a workload with I input, O output tokens
-and mean context s = I + O/2:
-    C   = min(max_num_seqs, min_i KV_i / s)                    concurrency (vLLM's KV minimum)
-    b   = C / d                                                micro-batch in flight per stage
-    D   = min(b / max_i t_dec_i(b), C / (sum_i t_dec_i(b) + sum hops))   decode tokens/s
-          (the first term is the bottleneck stage, the second the depth/latency bound)
-    tau = max_i t_pre_i(chunk) / chunk                          prefill seconds per prompt token
-    h   = 1 / (I * tau + O / D)                                requests/s: prefill and decode
-                                                               share the engine (chunked prefill)
-    TTFT = sum_i t_pre_i(I) + hops;  TPOT = C / D
+Stage times are the roofline of perf/stepmodel.py with these coefficients per layer on t GPUs
+(F FLOP/s, B_mem bytes/s, X interconnect bytes/s; eta_c, eta_m achievable fractions):
+    w = b P_L / (t B_mem eta_m)      k = kappa / (t B_mem eta_m)
+    f = 2 P_L / (t F eta_c)          a = 4 n_h d_h / (t F eta_c)     (causal attention pairs)
+    c = 2 * 2 (t-1)/t * h b / X      c0 = 2 * all-reduce latency      (two ring all-reduces; t > 1)
+and a replica's capacity per workload is perf/capacity.py's (C = KV minimum / context, micro-batch
+C/d, the slowest stage or the round trip, TTFT over the prompt's chunks, TPOT = C / X).
 The efficiencies and reserve are round numbers from public vLLM measurements, not fits: this
 model ranks configurations; measured profiles (spec `profiles:`) override its absolute numbers.
 """
@@ -34,9 +26,10 @@ model ranks configurations; measured profiles (spec `profiles:`) override its ab
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from hetcompile.ir.problem import GpuType, ModelArch, PerfEntry
+from hetcompile.perf.capacity import ChainEstimate, chain_capacity
+from hetcompile.perf.stepmodel import Hop, LayerCost, ReplicaModel, StageModel
 
 ETA_COMPUTE = 0.5  # achievable fraction of tensor FLOP/s in prefill-heavy batches
 ETA_MEMORY = 0.7  # achievable fraction of memory bandwidth in decode
@@ -102,39 +95,46 @@ def balanced_partition(e: PerfEntry, layers: int, stages: int, max_model_len: in
     return tuple(counts)
 
 
-def _allreduce(nbytes: float, gpu: GpuType, tp: int) -> float:
-    if tp <= 1:
-        return 0.0
-    return 2.0 * (tp - 1) / tp * nbytes / gpu.interconnect + ALLREDUCE_LATENCY_S
+def layer_cost(arch: ModelArch, b: int, gpu: GpuType, tp: int) -> LayerCost:
+    """The roofline coefficients of one decoder layer on `tp` GPUs of `gpu` (perf/stepmodel.py)."""
+    p = layer_params(arch)
+    kappa = 2.0 * arch.kv_heads * arch.head_dim * b
+    flops, bw = tp * gpu.flops * ETA_COMPUTE, tp * gpu.mem_bw * ETA_MEMORY
+    # two all-reduces per layer (attention out, MLP out), ring: 2 (t-1)/t of the activations each
+    comm = 2 * 2.0 * (tp - 1) / tp * arch.hidden * b / gpu.interconnect if tp > 1 else 0.0
+    return LayerCost(
+        weights_s=b * p / bw, kv_s_per_token=kappa / bw, flop_s_per_token=2.0 * p / flops,
+        attn_s_per_pair=4.0 * arch.heads * arch.head_dim / flops, comm_s_per_token=comm,
+        comm_s=2 * ALLREDUCE_LATENCY_S if tp > 1 else 0.0,
+    )
 
 
 def decode_step_time(arch: ModelArch, b: int, gpu: GpuType, tp: int, layers: int, batch: float, ctx: float) -> float:
-    p = layer_params(arch)
-    kappa = 2.0 * arch.kv_heads * arch.head_dim * b
-    compute = 2.0 * p * batch / (tp * gpu.flops * ETA_COMPUTE)
-    memory = (b * p + batch * ctx * kappa) / (tp * gpu.mem_bw * ETA_MEMORY)
-    return layers * (max(compute, memory) + 2 * _allreduce(batch * arch.hidden * b, gpu, tp))
+    """One decode step of `batch` sequences of context `ctx` through `layers` layers."""
+    return layers * layer_cost(arch, b, gpu, tp).time(batch, batch * ctx, batch * ctx)
 
 
 def prefill_time(arch: ModelArch, b: int, gpu: GpuType, tp: int, layers: int, tokens: float) -> float:
-    p = layer_params(arch)
-    flops = 2.0 * p * tokens + 2.0 * tokens * tokens * arch.heads * arch.head_dim
-    compute = flops / (tp * gpu.flops * ETA_COMPUTE)
-    memory = b * p / (tp * gpu.mem_bw * ETA_MEMORY)
-    return layers * (max(compute, memory) + 2 * _allreduce(tokens * arch.hidden * b, gpu, tp))
+    """One prompt of `tokens` tokens (causal attention) through `layers` layers, in one step."""
+    return layers * layer_cost(arch, b, gpu, tp).time(tokens, 0.0, tokens * tokens / 2.0)
 
 
-@dataclass(frozen=True)
-class ChainEstimate:
-    """Capacity of one chain for one workload (the formulas in the module docstring)."""
-
-    concurrency: float
-    decode_tokens_per_s: float
-    prefill_tokens_per_s: float
-    requests_per_s: float
-    binding: str  # "bottleneck-stage" | "depth" | "max-num-seqs"
-    ttft_s: float
-    tpot_s: float
+def replica_model(
+    arch: ModelArch,
+    b: int,
+    stages: list[tuple[GpuType, int, int, float]],  # (gpu, tp, layers, kv_tokens)
+    hop_latency_s: float,
+    hop_bandwidth: float,
+    max_num_seqs: int,
+) -> ReplicaModel:
+    """A chain of same-link stages as a step-time model with the analytic coefficients."""
+    return ReplicaModel(
+        stages=tuple(StageModel(gpu=g.name, tp=tp, layers=k, kv_tokens=kv, cost=layer_cost(arch, b, g, tp))
+                     for g, tp, k, kv in stages),
+        hops=tuple(Hop(latency_s=hop_latency_s, bandwidth=hop_bandwidth) for _ in stages[1:]),
+        activation_bytes=float(arch.hidden * b), step_overhead_s=STEP_OVERHEAD_S, max_num_seqs=max_num_seqs,
+        chunk_tokens=PREFILL_CHUNK, source="analytic",
+    )
 
 
 def chain_estimate(
@@ -147,27 +147,6 @@ def chain_estimate(
     output_tokens: float,
     max_num_seqs: int,
 ) -> ChainEstimate:
-    d = len(stages)
-    ctx = input_tokens + output_tokens / 2.0
-    kv_min = min(s[3] for s in stages)
-    conc_kv = kv_min / ctx
-    conc = max(min(float(max_num_seqs), conc_kv), 1e-9)
-    mb = conc / d
-    times = [decode_step_time(arch, b, g, tp, k, mb, ctx) + STEP_OVERHEAD_S / d for g, tp, k, _ in stages]
-    # one activation vector per sequence crosses each hop per step
-    hop = (d - 1) * (hop_latency_s + mb * arch.hidden * b / hop_bandwidth) if d > 1 else 0.0
-    bottleneck = mb / max(times)
-    depth = conc / (sum(times) + hop)
-    decode = min(bottleneck, depth)
-    chunk = PREFILL_CHUNK
-    tau = max(prefill_time(arch, b, g, tp, k, chunk) for g, tp, k, _ in stages) / chunk
-    h = 1.0 / (input_tokens * tau + output_tokens / decode)
-    if conc_kv >= max_num_seqs:
-        binding = "max-num-seqs"
-    else:
-        binding = "bottleneck-stage" if bottleneck <= depth else "depth"
-    ttft = sum(prefill_time(arch, b, g, tp, k, input_tokens) for g, tp, k, _ in stages) + hop
-    return ChainEstimate(
-        concurrency=conc, decode_tokens_per_s=decode, prefill_tokens_per_s=1.0 / tau, requests_per_s=h,
-        binding=binding, ttft_s=ttft, tpot_s=conc / decode,
-    )
+    """Capacity of a chain for one workload (perf/capacity.py over `replica_model`)."""
+    rm = replica_model(arch, b, stages, hop_latency_s, hop_bandwidth, max_num_seqs)
+    return chain_capacity(rm, input_tokens, output_tokens)

@@ -1,0 +1,100 @@
+"""The step-time model: what one engine step of a replica costs, as serializable coefficients.
+
+vLLM runs continuous batching: every engine step feeds one batch through the pipeline; a batch
+mixes decode sequences (one token each, reading their whole KV context) and chunks of prompts
+(chunked prefill). One model of that step serves every consumer: the profile pass and placement
+derive capacity from it (perf/capacity.py), the plan carries it per replica, the simulator replays
+requests with it, and `hetcompile profile` fits it to a running server.
+
+Per decoder layer on one stage of TP degree t (seconds; `LayerCost`):
+
+    compute(n, A) = f * n + a * A            n tokens in the step (decode sequences + prompt
+                                             tokens), A attention pairs (query token x context
+                                             token, causal: a prompt of p tokens has p^2/2)
+    memory(S)     = w + k * S                w: read the layer's weights once per step,
+                                             k: read one context token's K+V (decode attention)
+    layer(n, S, A) = max(compute, memory) + c * n + c0     c: TP all-reduce bytes per token,
+                                                           c0: all-reduce launches per step
+A stage of L_i layers takes t_i = L_i * layer(...) per step; the replica adds o (scheduler and
+sampling, once per engine step) and hops between stages (latency + bytes / bandwidth).
+
+The analytic model (perf/analytic.py) fills these coefficients from datasheet numbers exactly
+(it *is* this roofline); seed 004's fitted latency model (eq. 3-4: linear in batch size and
+length) is the memory-bound special case f = a = 0, which `hetcompile profile` fits by least
+squares when the measurements cannot separate the two regimes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LayerCost(_Frozen):
+    """Seconds per decoder layer for one engine step on one stage (the module docstring's roofline)."""
+
+    weights_s: Annotated[float, Field(ge=0, description="w: read the layer's weights once")]
+    kv_s_per_token: Annotated[float, Field(ge=0, description="k: read one context token's K+V")]
+    flop_s_per_token: Annotated[float, Field(ge=0, description="f: dense compute per token in the step")]
+    attn_s_per_pair: Annotated[float, Field(ge=0, description="a: attention compute per (query, context) token pair")]
+    comm_s_per_token: Annotated[float, Field(ge=0, description="c: TP all-reduce transfer per token")] = 0.0
+    comm_s: Annotated[float, Field(ge=0, description="c0: TP all-reduce launches per step")] = 0.0
+
+    def time(self, tokens: float, kv_tokens: float, pairs: float) -> float:
+        compute = self.flop_s_per_token * tokens + self.attn_s_per_pair * pairs
+        memory = self.weights_s + self.kv_s_per_token * kv_tokens
+        return max(compute, memory) + self.comm_s_per_token * tokens + self.comm_s
+
+
+class StageModel(_Frozen):
+    """One pipeline stage: `layers` decoder layers on `tp` GPUs of type `gpu`."""
+
+    gpu: str
+    tp: int
+    layers: Annotated[int, Field(ge=1)]
+    kv_tokens: Annotated[float, Field(description="KV cache tokens this stage holds (vLLM takes the minimum over stages)")]
+    cost: LayerCost
+
+    def time(self, tokens: float, kv_tokens: float, pairs: float) -> float:
+        return self.layers * self.cost.time(tokens, kv_tokens, pairs)
+
+
+class Hop(_Frozen):
+    """A link a batch crosses between consecutive stages."""
+
+    latency_s: float
+    bandwidth: Annotated[float, Field(gt=0, description="bytes/s")]
+
+
+class ReplicaModel(_Frozen):
+    """A replica (a chain of stages) as the step-time model sees it."""
+
+    stages: tuple[StageModel, ...]
+    hops: Annotated[tuple[Hop, ...], Field(description="len(stages) - 1 links, in chain order")] = ()
+    activation_bytes: Annotated[float, Field(description="bytes per token crossing a stage-to-stage hop")] = 0.0
+    step_overhead_s: Annotated[float, Field(ge=0, description="o: scheduler + sampling per engine step")] = 0.0
+    max_num_seqs: Annotated[int, Field(description="vLLM --max-num-seqs")]
+    chunk_tokens: Annotated[int, Field(description="prompt tokens per engine step (chunked-prefill budget)")]
+    source: Literal["analytic", "fitted"] = "analytic"
+
+    @property
+    def depth(self) -> int:
+        return len(self.stages)
+
+    @property
+    def kv_capacity_tokens(self) -> float:
+        return min(s.kv_tokens for s in self.stages)
+
+    def stage_times(self, tokens: float, kv_tokens: float, pairs: float) -> list[float]:
+        """t_i for one batch (the engine step's overhead is split over the stages, as it pipelines)."""
+        o = self.step_overhead_s / self.depth
+        return [s.time(tokens, kv_tokens, pairs) + o for s in self.stages]
+
+    def hop_time(self, tokens: float) -> float:
+        """Seconds for a batch of `tokens` to cross every hop of the chain once."""
+        return sum(h.latency_s + tokens * self.activation_bytes / h.bandwidth for h in self.hops)
