@@ -726,3 +726,32 @@ def test_dinkelbach_note_is_per_dollar_per_hour():
     note = next(n for n in report.notes if n.startswith("dinkelbach converged"))
     shown = float(note.split(" at ")[1].split(" x demand")[0])
     assert shown == pytest.approx(per_h, rel=1e-3)
+
+
+# ---- work budgets: a node limit stops every machine at the same plan ----------------------------
+
+
+def hard_case() -> Case:
+    """30 shapes of odd GPU counts over 6 offers under a budget: HiGHS must branch (seed 5)."""
+    rng = random.Random(5)
+    offers = {f"o{i}": (rng.randint(5, 23), 0, 0.0) for i in range(6)}
+    shapes = {}
+    for i in range(30):
+        o, g = rng.choice(sorted(offers)), rng.choice([1, 2, 3, 4, 5, 7])
+        shapes[f"s{i}"] = (o, g, {w: round(rng.uniform(0.3, 3.0) * g**0.9, 3) for w in ("w1", "w2", "w3") if rng.random() < 0.8})
+    offers = {o: (a, e, round(rng.uniform(0.5, 4.0), 2)) for o, (a, e, _) in offers.items()}
+    t = make_tables(offers, shapes, {"w1": 1.0, "w2": 2.0, "w3": 0.7}, budget_per_h=37.3)
+    return Case("hard", t, {"w1": "m", "w2": "m", "w3": "m"})
+
+
+def test_node_limit_is_a_reproducible_work_budget():
+    case = hard_case()
+    opts = SolverOptions(time_limit_s=600.0, mip_gap=1e-9, node_limit=1)
+    runs = [solve(m := build_model(case.t, "theta"), opts, name="compose/max-theta") for _ in range(2)]
+    assert [r.limit for r in runs] == ["nodes", "nodes"] and runs[0].status == "feasible"
+    assert runs[0].objective == runs[1].objective and runs[0].gap > 0
+    full = solve(build_model(case.t, "theta"), SOLVER, name="full")
+    assert full.status == "optimal" and full.limit is None and full.objective >= runs[0].objective
+    out = Compose().run(problem_of(case, "max-throughput"), PassContext(solver=opts))
+    notes = out.reports[-1].notes
+    assert any("stopped at its work budget (solver.node_limit 1 nodes)" in n for n in notes), notes

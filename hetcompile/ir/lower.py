@@ -331,7 +331,8 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
         links=_links(spec, smap),
         budget_per_s=spec.budget / 3600.0 if spec.budget is not None else None,
         objective=spec.objective,
-        solver=SolverConfig(time_limit_s=s.time_limit, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed),
+        solver=SolverConfig(time_limit_s=s.time_limit, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed,
+                            node_limit=s.node_limit),
         engine=Engine(
             image=e.image, gpu_memory_utilization=e.gpu_memory_utilization, max_num_seqs=e.max_num_seqs,
             port=e.port, router_port=e.router_port, disk_size=e.disk_size,

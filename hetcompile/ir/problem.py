@@ -118,6 +118,7 @@ class SolverConfig(Frozen):
     mip_gap: float
     threads: int
     seed: int
+    node_limit: int | None = None
 
 
 # ---- pass products --------------------------------------------------------------------------

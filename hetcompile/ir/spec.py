@@ -152,6 +152,10 @@ class SolverSpec(_Spec):
     mip_gap: Annotated[Fraction, Field(default=1e-4, description="relative MIP gap to stop at, e.g. 1%")] = 1e-4
     threads: Annotated[int, Field(default=1, gt=0, description="solver threads (1 keeps runs reproducible)")] = 1
     seed: Annotated[int, Field(default=0, ge=0, description="solver random seed")] = 0
+    node_limit: Annotated[
+        int, Field(default=100_000, gt=0, description="branch-and-bound nodes per MILP solve: a work budget that stops "
+                   "the same way on every machine (time_limit is only a wall-clock cap)")
+    ] = 100_000
 
 
 class EngineSpec(_Spec):

@@ -17,7 +17,7 @@ min-cost; x demand per $/h for max-throughput-per-dollar.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from hetcompile.ir.errors import InfeasibleError
 from hetcompile.ir.problem import Binding, Composition, PassReport, Problem
@@ -136,16 +136,36 @@ def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
                 )
 
 
-def _solve(t: ComposeTables, opts: SolverOptions, name: str, objective: str, **kw) -> tuple[SolveResult, ComposeSolution | None]:
+@dataclass
+class SolveLog:
+    """One compose run's solver options and every solve it made (the limit notes read them)."""
+
+    options: SolverOptions
+    results: list[SolveResult] = field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        out = []
+        for r in self.results:
+            if r.limit == "nodes":
+                out.append(f"{r.name} stopped at its work budget (solver.node_limit {self.options.node_limit} nodes), "
+                           f"gap {'-' if r.gap is None else f'{100 * r.gap:.3g}%'}")
+            elif r.limit == "time":
+                out.append(f"{r.name} stopped at the time cap ({self.options.time_limit_s:g} s) before its work budget: "
+                           "this plan may differ on a faster or slower machine (lower solver.node_limit to make it reproducible)")
+        return out
+
+
+def _solve(t: ComposeTables, opts: SolveLog, name: str, objective: str, **kw) -> tuple[SolveResult, ComposeSolution | None]:
     model = build_model(t, objective, **kw)
-    res = solve(model, opts, name=name)
+    res = solve(model, opts.options, name=name)
+    opts.results.append(res)
     if not res.has_solution:
         return res, None
     fixed = objective == "cost" and kw.get("theta_min") is None
     return res, extract(model, t, fixed_theta=fixed)
 
 
-def _max_theta(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[SolveResult, ComposeSolution]:
+def _max_theta(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResult, ComposeSolution]:
     res, sol = _solve(t, opts, "compose/max-theta", "theta")
     if sol is None:
         raise InfeasibleError(f"the composition MILP found no plan ({res.status})", hint="see `hetcompile validate` output")
@@ -161,7 +181,7 @@ def _max_theta(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[Solv
 RATIO_KEEP = 1 - 1e-7  # Dinkelbach's second stage keeps theta / cost within this factor of q*
 
 
-def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[SolveResult, ComposeSolution, list[str], tuple]:
+def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResult, ComposeSolution, list[str], tuple]:
     """max theta / cost ($/s). Returns (last result, plan, notes, (objective, bound) in x demand per $/h)."""
     notes: list[str] = []
     if any(t.owned.values()):
@@ -197,7 +217,7 @@ def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolverOptions) -> tuple[Sol
     return res, sol, notes, (sol.theta / sol.cost / 3600, bound)
 
 
-def churn_notes(ir: Problem, t: ComposeTables, sol: ComposeSolution, opts: SolverOptions) -> list[str]:
+def churn_notes(ir: Problem, t: ComposeTables, sol: ComposeSolution, opts: SolveLog) -> list[str]:
     """What stability cost: the same solve without the churn term, for comparison."""
     free = replace(t, previous=None, churn_weight=0.0, removed=0)
     if ir.objective == "min-cost":
@@ -272,10 +292,11 @@ class Compose(Pass):
         t = tables(ir)
         check_feasible_inputs(ir, t)
         notes: list[str] = [f"{len(t.shapes)} candidate shapes, {len(t.offers)} offers, {len(t.workloads)} workloads"]
+        run = SolveLog(ctx.solver)
         if ir.objective == "min-cost":
-            res, sol = _solve(t, ctx.solver, "compose/min-cost", "cost")
+            res, sol = _solve(t, run, "compose/min-cost", "cost")
             if sol is None:
-                best_res, best = _max_theta(ir, t, ctx.solver) if res.status == "infeasible" else (res, None)
+                best_res, best = _max_theta(ir, t, run) if res.status == "infeasible" else (res, None)
                 if best is not None:
                     raise InfeasibleError(
                         f"the workload rates cannot be met: the best plan within budget and availability serves "
@@ -291,12 +312,12 @@ class Compose(Pass):
                     "max-throughput-per-dollar (Dinkelbach) has no churn term yet",
                     ir.span("objective"), hint="build without --previous, or switch the objective for the replan",
                 )
-            res, sol, more, ratio = _dinkelbach(ir, t, ctx.solver)
+            res, sol, more, ratio = _dinkelbach(ir, t, run)
             notes += more
         else:
-            res, sol = _max_theta(ir, t, ctx.solver)
+            res, sol = _max_theta(ir, t, run)
         if t.previous is not None:
-            notes += churn_notes(ir, t, sol, ctx.solver)
+            notes += churn_notes(ir, t, sol, run)
         comp = Composition(
             counts=tuple((c, n) for c, n in sorted(sol.y.items()) if n > 0),
             rates=tuple((c, w, round(v, 9)) for (c, w), v in sorted(sol.r.items()) if v > 1e-9 and sol.y[c] > 0),
@@ -304,6 +325,7 @@ class Compose(Pass):
             objective=ir.objective,
             binding=binding_constraints(ir, t, sol),
         )
+        notes += run.notes()
         objective, bound = reported_objective(ir, t, res, ratio if ir.objective == "max-throughput-per-dollar" else None)
         report = PassReport(
             name=self.name, status=res.status, time_s=res.time_s, objective=objective, bound=bound,

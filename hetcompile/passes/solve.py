@@ -7,6 +7,11 @@ time -- also when time runs out, so a pass can state an honest gap instead of a 
 It never asserts on solver status: the caller decides what infeasibility means and raises a
 typed error that names the binding constraint.
 
+Two budgets stop a MILP early. `node_limit` (branch-and-bound nodes) is work, so a plan stopped
+by it is the same on every machine; `time_limit_s` is a wall-clock cap that keeps a build from
+running away, and `SolveResult.limit == "time"` tells the caller its plan may depend on the
+machine's speed (the passes say so in their notes).
+
 HiGHS (via highspy) is driven through Pyomo's APPSI interface, which exposes the incumbent
 and the dual bound after a time-limited MIP solve. `warm_start=True` hands the variables' current
 values to HiGHS as a MIP start (APPSI's `warmstart`, HiGHS `setSolution`): a pass that already
@@ -37,6 +42,7 @@ class SolverOptions:
     mip_gap: float = 1e-4
     threads: int = 1
     seed: int = 0
+    node_limit: int | None = None  # branch-and-bound nodes per MILP: a work budget, the same on every machine
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,12 @@ class SolveResult:
     gap: float | None
     time_s: float
     sense: Literal["min", "max"]
+    limit: Literal["time", "nodes"] | None = None  # which budget stopped the solve before it proved optimality
+
+    @property
+    def machine_dependent(self) -> bool:
+        """Stopped by the wall clock: another machine could have returned another plan."""
+        return self.limit == "time"
 
     @property
     def has_solution(self) -> bool:
@@ -82,6 +94,8 @@ def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_s
     solver.config.load_solution = False
     solver.config.warmstart = bool(warm_start)
     solver.highs_options = {"threads": int(options.threads), "random_seed": int(options.seed)}
+    if options.node_limit is not None:
+        solver.highs_options["mip_max_nodes"] = int(options.node_limit)
     start = time.perf_counter()
     try:
         res = solver.solve(model)
@@ -110,6 +124,7 @@ def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_s
         res.solution_loader.load_vars()
     if bound is not None and not math.isfinite(bound):
         bound = None
+    limit = {TerminationCondition.maxTimeLimit: "time", TerminationCondition.maxIterations: "nodes"}.get(tc)
     return SolveResult(
         name=name,
         status=status,
@@ -118,4 +133,5 @@ def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_s
         gap=relative_gap(objective, bound),
         time_s=elapsed,
         sense=sense,
+        limit=limit if status != "optimal" else None,
     )
