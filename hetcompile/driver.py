@@ -29,5 +29,5 @@ def compile_spec(
         ir = ir.model_copy(update={"previous": previous_plan(read_plan_doc(previous, "previous plan"), churn_penalty)})
     s = ir.solver
     ctx = PassContext(solver=SolverOptions(time_limit_s=s.time_limit_s, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed,
-                                           node_limit=s.node_limit), log=log)
+                                           node_limit=s.node_limit, progress=log), log=log)
     return run_pipeline(ir, default_pipeline(), ctx, stop_after=stop_after, dump_after=dump_after)

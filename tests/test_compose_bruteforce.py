@@ -755,3 +755,16 @@ def test_node_limit_is_a_reproducible_work_budget():
     out = Compose().run(problem_of(case, "max-throughput"), PassContext(solver=opts))
     notes = out.reports[-1].notes
     assert any("stopped at its work budget (solver.node_limit 1 nodes)" in n for n in notes), notes
+
+
+def test_progress_lines_during_a_solve_do_not_change_it(monkeypatch):
+    import hetcompile.passes.solve as solve_mod
+
+    monkeypatch.setattr(solve_mod, "PROGRESS_EVERY_S", 0.0)  # every interrupt callback reports
+    heard: list[str] = []
+    case = hard_case()
+    quiet = solve(build_model(case.t, "theta"), SOLVER, name="compose/max-theta")
+    loud = solve(build_model(case.t, "theta"), SolverOptions(time_limit_s=60.0, mip_gap=1e-9, progress=heard.append),
+                 name="compose/max-theta")
+    assert heard and all(h.startswith("compose/max-theta: ") and " nodes, " in h for h in heard)
+    assert (loud.status, loud.objective) == (quiet.status, quiet.objective)

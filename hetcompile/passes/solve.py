@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pyomo.environ as pyo
@@ -32,6 +35,7 @@ from pyomo.contrib.appsi.solvers import Highs
 from hetcompile.ir.errors import SolverError
 
 Status = Literal["optimal", "feasible", "infeasible", "no-solution", "unbounded"]
+PROGRESS_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ class SolverOptions:
     threads: int = 1
     seed: int = 0
     node_limit: int | None = None  # branch-and-bound nodes per MILP: a work budget, the same on every machine
+    # `progress(line)` hears about long solves every PROGRESS_EVERY_S (display only: never changes a result)
+    progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,31 @@ def _sense(model: pyo.ConcreteModel) -> Literal["min", "max"]:
     return "max" if objs[0].sense == pyo.maximize else "min"
 
 
+def _report_progress(highs, progress: Callable[[str], None], name: str) -> None:
+    """Every PROGRESS_EVERY_S of a MIP solve, one line: time, nodes, incumbent vs bound gap.
+
+    APPSI captures file descriptors 1 and 2 while HiGHS runs, so the line is written with
+    sys.stderr pointed at a duplicate of the real stderr taken before the solve."""
+    real = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+    last = [0.0]
+
+    def on_interrupt(event) -> None:
+        out = event.data_out
+        if out.running_time - last[0] < PROGRESS_EVERY_S:
+            return
+        last[0] = out.running_time
+        gap = relative_gap(out.mip_primal_bound, out.mip_dual_bound) if abs(out.mip_primal_bound) < 1e30 else None
+        line = f"{name}: {out.running_time:.0f} s, {out.mip_node_count} nodes, " + (
+            "no incumbent yet" if gap is None else f"gap {100 * gap:.3g}%")
+        saved, sys.stderr = sys.stderr, real
+        try:
+            progress(line)
+        finally:
+            sys.stderr = saved
+
+    highs.cbMipInterrupt.subscribe(on_interrupt)
+
+
 def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_start: bool = False) -> SolveResult:
     """Solve `model` with HiGHS; load the incumbent into the model's variables when there is one."""
     sense = _sense(model)
@@ -98,6 +129,9 @@ def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_s
         solver.highs_options["mip_max_nodes"] = int(options.node_limit)
     start = time.perf_counter()
     try:
+        if options.progress is not None:
+            solver.set_instance(model)  # creates the highspy model now, so the callback can be attached
+            _report_progress(solver._solver_model, options.progress, name)
         res = solver.solve(model)
     except Exception as exc:  # HiGHS/Pyomo internals: report as a solver error with the pass name
         raise SolverError(f"{name}: HiGHS failed: {exc}") from exc
