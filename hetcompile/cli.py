@@ -16,7 +16,8 @@ from rich.console import Console
 from hetcompile import __version__
 from hetcompile.ir.errors import HetcompileError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Compile LLM serving specs into plans for mixed GPU fleets.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Compile LLM serving specs into plans for mixed GPU fleets.")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 _state = {"debug": False}
@@ -213,7 +214,29 @@ def router(
 
 
 def main() -> None:
-    app()
+    """The console entry point: user errors were printed by the commands; anything else is a bug
+    or an environment problem (a disk full, a directory not writable) and prints one line too,
+    with the traceback only under --debug."""
+    try:
+        app()
+    except SystemExit:
+        raise
+    except HetcompileError as exc:
+        if "--debug" in sys.argv:
+            raise
+        err.print(str(exc), markup=False)
+        sys.exit(1)
+    except OSError as exc:
+        if "--debug" in sys.argv:
+            raise
+        err.print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), markup=False)
+        sys.exit(1)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        if "--debug" in sys.argv:
+            raise
+        err.print(f"internal error: {type(exc).__name__}: {exc}\n(a bug in hetcompile: rerun with --debug for the traceback "
+                  "and report it)", markup=False)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -52,3 +52,15 @@ def test_cli_debug_shows_traceback() -> None:
     )
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr
+
+
+def test_unwritable_output_is_one_line_not_a_traceback(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    args = ["build", "examples/tiny-cpu/spec.yaml", "-q", "-o", str(blocker / "out")]
+    proc = subprocess.run([sys.executable, "-m", "hetcompile.cli", *args], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "Not a directory" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    debug = subprocess.run([sys.executable, "-m", "hetcompile.cli", "--debug", *args], cwd=ROOT, capture_output=True, text=True)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
