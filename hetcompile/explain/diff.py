@@ -245,7 +245,8 @@ def diff_plans(old: dict, new: dict) -> PlanDiff:
     if old.get("spec_hash") != new.get("spec_hash"):
         notes.append("built from different specs")
     n_add, n_rem = node_changes(old, new)
-    bo, bn = list(old.get("totals", {}).get("binding", [])), list(new.get("totals", {}).get("binding", []))
+    bo = [b["text"] for b in old.get("totals", {}).get("binding", [])]
+    bn = [b["text"] for b in new.get("totals", {}).get("binding", [])]
     unt = tuple(_pair(old, o, new, n, rl, False) for o, n, rl in untouched)
     chg = tuple(_pair(old, o, new, n, False, True) for o, n in changed)
     body = dict(

@@ -129,12 +129,12 @@ def replica_view(plan: dict, r: dict) -> ReplicaView:
     )
 
 
-def parse_binding(text: str) -> PlanBinding:
-    """One line of totals.binding ('budget: ...', 'availability: OFFER uses ...', 'demand: ...')."""
-    head, _, rest = text.partition(":")
-    kind = head.strip() if head.strip() in ("budget", "availability", "demand", "memory", "link") else "other"
-    subject = rest.split()[0] if kind == "availability" and rest.split() else None
-    return PlanBinding(kind=kind, subject=subject, derived=False, text=text)
+def parse_binding(b: dict) -> PlanBinding:
+    """One structured entry of totals.binding (ir/problem.py `Binding`), as explain shows it."""
+    kind = b.get("kind", "other")
+    known = ("budget", "availability", "demand", "placement", "slo")
+    return PlanBinding(kind=kind if kind in known else "other", subject=b.get("subject"), derived=False,
+                       text=str(b.get("text", "")))
 
 
 def _ids(ids: list[str]) -> str:
@@ -208,7 +208,7 @@ def solver_view(plan: dict) -> SolverView:
     gap, bound = t.get("gap"), t.get("bound")
     if bound is None:
         text = "no proven bound: the solver gave none"
-    elif gap is not None and gap <= 1e-9:
+    elif gap is not None and gap <= 1e-5:  # plan.json rounds to 6 significant digits: below that is rounding
         text = f"proven optimal: no plan within the spec's limits scores above {bound:.6g}"
     else:
         pct = "unknown" if gap is None else f"{100 * gap:.3g}%"

@@ -31,7 +31,6 @@ from hetcompile.explain.doc import money
 from hetcompile.explain.model import Dip, Migration, Routed, Step, StepCapacity, Unit
 
 TOL = 1e-9
-_AVAIL = re.compile(r"^availability: (\S+) uses (\d+) of (\d+) GPUs")
 
 
 class MigrationError(ValueError):
@@ -176,13 +175,9 @@ def replay(old: dict, new: dict, steps: tuple[Step, ...] | list[Step]) -> list[R
 
 
 def availability(plan: dict) -> dict[str, int]:
-    """GPUs per offer the compose pass reported as binding ('availability: O uses U of A GPUs')."""
-    out = {}
-    for b in plan.get("totals", {}).get("binding", []):
-        m = _AVAIL.match(b)
-        if m:
-            out[m.group(1)] = int(m.group(3))
-    return out
+    """GPUs per offer the compose pass reported as binding (kind 'availability': subject = offer, limit = GPUs)."""
+    return {b["subject"]: int(b["limit"]) for b in plan.get("totals", {}).get("binding", [])
+            if b.get("kind") == "availability" and b.get("subject") and b.get("limit") is not None}
 
 
 class Planner:

@@ -87,7 +87,7 @@ class ReplicaView(_Frozen):
 
 class PlanBinding(_Frozen):
     kind: Annotated[
-        Literal["budget", "availability", "demand", "memory", "link", "engine", "other"],
+        Literal["budget", "availability", "demand", "placement", "slo", "memory", "link", "engine", "other"],
         Field(description="family of the constraint"),
     ]
     subject: Annotated[str | None, Field(description="the offer (availability), replicas (memory, link, engine)")] = None

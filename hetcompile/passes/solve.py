@@ -88,12 +88,18 @@ def _sense(model: pyo.ConcreteModel) -> Literal["min", "max"]:
     return "max" if objs[0].sense == pyo.maximize else "min"
 
 
-def _report_progress(highs, progress: Callable[[str], None], name: str) -> None:
+def _report_progress(highs, progress: Callable[[str], None], name: str) -> Callable[[], None]:
     """Every PROGRESS_EVERY_S of a MIP solve, one line: time, nodes, incumbent vs bound gap.
 
-    APPSI captures file descriptors 1 and 2 while HiGHS runs, so the line is written with
-    sys.stderr pointed at a duplicate of the real stderr taken before the solve."""
-    real = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+    APPSI captures file descriptors 1 and 2 (and swaps sys.stderr) while HiGHS runs, so the line
+    is written with sys.stderr pointed at a duplicate of the real stderr taken before the solve;
+    a stderr with no file descriptor (a test runner's buffer) is used as it is. Returns the
+    function that closes the duplicate after the solve."""
+    try:
+        real = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+        close = real.close
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both OSError and ValueError
+        real, close = sys.stderr, (lambda: None)
     last = [0.0]
 
     def on_interrupt(event) -> None:
@@ -111,6 +117,7 @@ def _report_progress(highs, progress: Callable[[str], None], name: str) -> None:
             sys.stderr = saved
 
     highs.cbMipInterrupt.subscribe(on_interrupt)
+    return close
 
 
 def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_start: bool = False) -> SolveResult:
@@ -128,13 +135,17 @@ def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_s
     if options.node_limit is not None:
         solver.highs_options["mip_max_nodes"] = int(options.node_limit)
     start = time.perf_counter()
+    close = None
     try:
         if options.progress is not None:
             solver.set_instance(model)  # creates the highspy model now, so the callback can be attached
-            _report_progress(solver._solver_model, options.progress, name)
+            close = _report_progress(solver._solver_model, options.progress, name)
         res = solver.solve(model)
     except Exception as exc:  # HiGHS/Pyomo internals: report as a solver error with the pass name
         raise SolverError(f"{name}: HiGHS failed: {exc}") from exc
+    finally:
+        if close is not None:
+            close()
     elapsed = time.perf_counter() - start
 
     tc = res.termination_condition
