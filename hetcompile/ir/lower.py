@@ -48,6 +48,8 @@ def _gpu_types(spec: Spec) -> dict[str, GpuType]:
             bf16=g.bf16,
             price_per_hour=g.price if g.price is not None else (base.price_per_hour if base else None),
             source="spec",
+            eta_memory=base.eta_memory if base else None,
+            eta_compute=base.eta_compute if base else None,
         )
     return user
 

@@ -31,6 +31,8 @@ class GpuType(Frozen):
     bf16: Annotated[bool, Field(description="supports bfloat16")]
     price_per_hour: Annotated[float | None, Field(description="catalog $ per GPU-hour")] = None
     source: Annotated[str, Field(description="where the numbers come from")] = ""
+    eta_memory: Annotated[float | None, Field(gt=0, le=1, description="achieved fraction of mem_bw in decode (None: the model's default)")] = None
+    eta_compute: Annotated[float | None, Field(gt=0, le=1, description="achieved fraction of flops in prefill (None: the model's default)")] = None
 
 
 class ModelArch(Frozen):

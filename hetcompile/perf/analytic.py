@@ -31,12 +31,31 @@ from hetcompile.ir.problem import GpuType, ModelArch, PerfEntry
 from hetcompile.perf.capacity import ChainEstimate, chain_capacity
 from hetcompile.perf.stepmodel import Hop, LayerCost, ReplicaModel, StageModel
 
-ETA_COMPUTE = 0.5  # achievable fraction of tensor FLOP/s in prefill-heavy batches
-ETA_MEMORY = 0.7  # achievable fraction of memory bandwidth in decode
+ETA_COMPUTE = 0.5  # default achievable fraction of tensor FLOP/s in prefill-heavy batches
+ETA_MEMORY = 0.8  # default achievable fraction of memory bandwidth in decode (A100 and H100 both
+                  # measure 0.80 once the step overhead is taken out: gpus.yaml eta_source)
+SERIAL_FRACTION = 0.5  # mixed prefill+decode steps overlap compute and memory only partly (fitted
+                       # globally on the saturated-throughput rows of bench/data/fidelity.yaml)
+# GPUs with published vLLM measurements carry their own eta_memory / eta_compute in the catalog
+# (perf/data/gpus.yaml, with the measurement cited in `eta_source`); the defaults above stand in for
+# the others (bench/fidelity.py reports the leave-one-GPU-out error of doing so).
 RESERVE_BYTES = 1.5e9  # per GPU: CUDA context, activations, CUDA graphs (vLLM profiling run)
-ALLREDUCE_LATENCY_S = 15e-6  # per all-reduce launch + sync inside a node
+ALLREDUCE_LATENCY_S = 15e-6  # per all-reduce launch + sync inside an NVLink node
+NVLINK_MIN_BYTES_PER_S = 100e9  # interconnects at least this fast are NVLink; slower ones are PCIe
+# PCIe all-reduce (no NVLink): NCCL over PCIe switches (often host-bridged in cloud VMs without P2P)
+# reaches a fraction of the x16 link and costs far more per launch. Calibrated on the one public
+# TP-over-PCIe prefill point we have (issue 10: L4 TP2 prefill speed-up measured 1.25x where the
+# ideal-link model predicts 1.83x) and checked against the A10G TP2 row of bench/data/fidelity.yaml.
+PCIE_ALLREDUCE_EFFICIENCY = 0.2
+PCIE_ALLREDUCE_LATENCY_S = 50e-6
 PREFILL_CHUNK = 2048  # tokens per prefill chunk (vLLM's chunked prefill budget order)
-STEP_OVERHEAD_S = 2e-3  # scheduler + sampling per engine step (python side of vLLM)
+STEP_OVERHEAD_S = 0.5e-3  # scheduler + sampling per engine step with CUDA graphs (vLLM V1: the
+                          # concurrency-1 TPOTs of A100 and H100 leave ~0.5 ms beyond the weight read)
+IDEAL_STEP_OVERHEAD_S = 2e-3  # the uncalibrated model's step overhead (bench/fidelity.py baseline)
+# per request, once, on the TTFT path: HTTP + tokenization + scheduling + first-token streaming
+# (the OpenAI server's cost that an engine-step model does not see; vLLM bench serve's TTFT includes it)
+REQUEST_OVERHEAD_S = 10e-3  # H100 8B at concurrency 1, short prompts: TTFT p50 13.98 ms of which ~3 ms prefill
+                            # (yobitelcomm.github.io/bench/recipes/concurrency-sweep)
 
 
 def layer_params(a: ModelArch) -> float:
@@ -95,18 +114,42 @@ def balanced_partition(e: PerfEntry, layers: int, stages: int, max_model_len: in
     return tuple(counts)
 
 
-def layer_cost(arch: ModelArch, b: int, gpu: GpuType, tp: int) -> LayerCost:
-    """The roofline coefficients of one decoder layer on `tp` GPUs of `gpu` (perf/stepmodel.py)."""
+def efficiencies(gpu: GpuType, ideal: bool = False) -> tuple[float, float]:
+    """(eta_compute, eta_memory) of a GPU: its calibrated catalog values, else the defaults."""
+    if ideal:
+        return 0.5, 0.7  # the uncalibrated model's round numbers
+    return gpu.eta_compute or ETA_COMPUTE, gpu.eta_memory or ETA_MEMORY
+
+
+def allreduce_link(gpu: GpuType, ideal: bool = False) -> tuple[float, float]:
+    """(effective bytes/s, seconds per launch) of one TP all-reduce inside a node of `gpu`."""
+    if ideal or gpu.interconnect >= NVLINK_MIN_BYTES_PER_S:
+        return gpu.interconnect, ALLREDUCE_LATENCY_S
+    return gpu.interconnect * PCIE_ALLREDUCE_EFFICIENCY, PCIE_ALLREDUCE_LATENCY_S
+
+
+def layer_cost(arch: ModelArch, b: int, gpu: GpuType, tp: int, ideal: bool = False) -> LayerCost:
+    """The roofline coefficients of one decoder layer on `tp` GPUs of `gpu` (perf/stepmodel.py).
+
+    `ideal`: the uncalibrated roofline (default efficiencies, PCIe as fast as its datasheet), kept
+    so bench/fidelity.py can measure what calibration buys."""
     p = layer_params(arch)
     kappa = 2.0 * arch.kv_heads * arch.head_dim * b
-    flops, bw = tp * gpu.flops * ETA_COMPUTE, tp * gpu.mem_bw * ETA_MEMORY
+    eta_c, eta_m = efficiencies(gpu, ideal)
+    flops, bw = tp * gpu.flops * eta_c, tp * gpu.mem_bw * eta_m
+    link, launch = allreduce_link(gpu, ideal)
     # two all-reduces per layer (attention out, MLP out), ring: 2 (t-1)/t of the activations each
-    comm = 2 * 2.0 * (tp - 1) / tp * arch.hidden * b / gpu.interconnect if tp > 1 else 0.0
+    comm = 2 * 2.0 * (tp - 1) / tp * arch.hidden * b / link if tp > 1 else 0.0
     return LayerCost(
         weights_s=b * p / bw, kv_s_per_token=kappa / bw, flop_s_per_token=2.0 * p / flops,
         attn_s_per_pair=4.0 * arch.heads * arch.head_dim / flops, comm_s_per_token=comm,
-        comm_s=2 * ALLREDUCE_LATENCY_S if tp > 1 else 0.0,
+        comm_s=2 * launch if tp > 1 else 0.0, serial_fraction=0.0 if ideal else SERIAL_FRACTION,
     )
+
+
+def head_time(arch: ModelArch, b: int, gpu: GpuType, tp: int) -> float:
+    """Seconds to read the lm_head (V x h) once per step on the last stage: ~7% of an 8B model."""
+    return b * arch.vocab * arch.hidden / (tp * gpu.mem_bw * efficiencies(gpu)[1])
 
 
 def decode_step_time(arch: ModelArch, b: int, gpu: GpuType, tp: int, layers: int, batch: float, ctx: float) -> float:
@@ -126,14 +169,17 @@ def replica_model(
     hop_latency_s: float,
     hop_bandwidth: float,
     max_num_seqs: int,
+    ideal: bool = False,
 ) -> ReplicaModel:
     """A chain of same-link stages as a step-time model with the analytic coefficients."""
     return ReplicaModel(
-        stages=tuple(StageModel(gpu=g.name, tp=tp, layers=k, kv_tokens=kv, cost=layer_cost(arch, b, g, tp))
-                     for g, tp, k, kv in stages),
+        stages=tuple(StageModel(gpu=g.name, tp=tp, layers=k, kv_tokens=kv, cost=layer_cost(arch, b, g, tp, ideal),
+                                head_s=0.0 if ideal or i < len(stages) - 1 else head_time(arch, b, g, tp))
+                     for i, (g, tp, k, kv) in enumerate(stages)),
         hops=tuple(Hop(latency_s=hop_latency_s, bandwidth=hop_bandwidth) for _ in stages[1:]),
-        activation_bytes=float(arch.hidden * b), step_overhead_s=STEP_OVERHEAD_S, max_num_seqs=max_num_seqs,
-        chunk_tokens=PREFILL_CHUNK, source="analytic",
+        activation_bytes=float(arch.hidden * b),
+        step_overhead_s=IDEAL_STEP_OVERHEAD_S if ideal else STEP_OVERHEAD_S, max_num_seqs=max_num_seqs,
+        chunk_tokens=PREFILL_CHUNK, request_overhead_s=0.0 if ideal else REQUEST_OVERHEAD_S, source="analytic",
     )
 
 

@@ -13,7 +13,9 @@ Notation (a replica = a chain of d stages; a workload of I prompt and O output t
                                                       round trip when the chain is deep or far
     h   = X / O                           requests/s
     TPOT = C / X                          seconds between a sequence's tokens at full load
-    TTFT0 = sum over the prompt's chunks of the stage times + H   (an idle replica, one request)
+    TTFT = o_r + sum over the prompt's chunks of the stage times + H, each chunk's step also
+           carrying the micro-batch of the C - 1 other sequences' decode tokens (o_r: the
+           per-request overhead; queueing for a slot is the SLO pass's business, not this one's)
 
 Everything is per workload run alone at full load (seed 003's h_{c,w}); compose mixes workloads
 linearly through r_{c,w} / h_{c,w}.
@@ -58,14 +60,15 @@ def decode_rate(rm: ReplicaModel, C: float, input_tokens: float, output_tokens: 
     return min(stage, depth), stage <= depth
 
 
-def prefill_time(rm: ReplicaModel, prompt_tokens: float) -> float:
-    """TTFT of one request on an idle replica: its prompt in chunks of `chunk_tokens`, each
-    chunk's attention over the prompt so far, through every stage, plus the hops."""
-    total, done = 0.0, 0.0
+def prefill_time(rm: ReplicaModel, prompt_tokens: float, others: float = 0.0, context: float = 0.0) -> float:
+    """TTFT of one request: the per-request overhead, then its prompt in chunks of `chunk_tokens`,
+    each chunk's attention over the prompt so far, through every stage, plus the hops. `others`
+    decode sequences of mean context `context` share each chunk's step (0: an idle replica)."""
+    total, done = rm.request_overhead_s, 0.0
     while done < prompt_tokens - 1e-9:
         n = min(float(rm.chunk_tokens), prompt_tokens - done)
-        pairs = n * done + n * n / 2.0
-        total += sum(rm.stage_times(n, done, pairs)) + rm.hop_time(n)
+        pairs = n * done + n * n / 2.0 + others * context
+        total += sum(rm.stage_times(n + others, done + others * context, pairs)) + rm.hop_time(n + others)
         done += n
     return total
 
@@ -90,5 +93,6 @@ def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, 
     return ChainEstimate(
         concurrency=C, decode_tokens_per_s=X, prefill_tokens_per_s=prefill_rate(rm),
         requests_per_s=X / output_tokens if X > 0 and math.isfinite(X) else 0.0, binding=binding,
-        ttft_s=prefill_time(rm, input_tokens), tpot_s=C / X,
+        ttft_s=prefill_time(rm, input_tokens, max(C - 1.0, 0.0) / rm.depth, input_tokens + output_tokens / 2.0),
+        tpot_s=C / X,
     )

@@ -68,6 +68,8 @@ def lookup_gpu(name: str) -> GpuType | None:
         bf16=bool(row["bf16"]),
         price_per_hour=row.get("price_per_hour"),
         source=str(row.get("source", "")),
+        eta_memory=row.get("eta_memory"),
+        eta_compute=row.get("eta_compute"),
     )
 
 

@@ -13,8 +13,9 @@ Per decoder layer on one stage of TP degree t (seconds; `LayerCost`):
                                              token, causal: a prompt of p tokens has p^2/2)
     memory(S)     = w + k * S                w: read the layer's weights once per step,
                                              k: read one context token's K+V (decode attention)
-    layer(n, S, A) = max(compute, memory) + c * n + c0     c: TP all-reduce bytes per token,
-                                                           c0: all-reduce launches per step
+    layer(n, S, A) = max(compute, memory) + s * min(compute, memory) + c * n + c0
+                     c: TP all-reduce bytes per token, c0: all-reduce launches per step,
+                     s: the share of the smaller term that mixed batches do not overlap (0: roofline)
 A stage of L_i layers takes t_i = L_i * layer(...) per step; the replica adds o (scheduler and
 sampling, once per engine step) and hops between stages (latency + bytes / bandwidth).
 
@@ -44,11 +45,13 @@ class LayerCost(_Frozen):
     attn_s_per_pair: Annotated[float, Field(ge=0, description="a: attention compute per (query, context) token pair")]
     comm_s_per_token: Annotated[float, Field(ge=0, description="c: TP all-reduce transfer per token")] = 0.0
     comm_s: Annotated[float, Field(ge=0, description="c0: TP all-reduce launches per step")] = 0.0
+    serial_fraction: Annotated[float, Field(ge=0, le=1, description="s: part of the smaller of compute and memory that does not overlap the larger")] = 0.0
 
     def time(self, tokens: float, kv_tokens: float, pairs: float) -> float:
         compute = self.flop_s_per_token * tokens + self.attn_s_per_pair * pairs
         memory = self.weights_s + self.kv_s_per_token * kv_tokens
-        return max(compute, memory) + self.comm_s_per_token * tokens + self.comm_s
+        overlap = max(compute, memory) + self.serial_fraction * min(compute, memory)
+        return overlap + self.comm_s_per_token * tokens + self.comm_s
 
 
 class StageModel(_Frozen):
@@ -59,9 +62,10 @@ class StageModel(_Frozen):
     layers: Annotated[int, Field(ge=1)]
     kv_tokens: Annotated[float, Field(description="KV cache tokens this stage holds (vLLM takes the minimum over stages)")]
     cost: LayerCost
+    head_s: Annotated[float, Field(ge=0, description="reading the lm_head once per step (last stage)")] = 0.0
 
     def time(self, tokens: float, kv_tokens: float, pairs: float) -> float:
-        return self.layers * self.cost.time(tokens, kv_tokens, pairs)
+        return self.layers * self.cost.time(tokens, kv_tokens, pairs) + self.head_s
 
 
 class Hop(_Frozen):
@@ -78,6 +82,7 @@ class ReplicaModel(_Frozen):
     hops: Annotated[tuple[Hop, ...], Field(description="len(stages) - 1 links, in chain order")] = ()
     activation_bytes: Annotated[float, Field(description="bytes per token crossing a stage-to-stage hop")] = 0.0
     step_overhead_s: Annotated[float, Field(ge=0, description="o: scheduler + sampling per engine step")] = 0.0
+    request_overhead_s: Annotated[float, Field(ge=0, description="per request, once before its first token: HTTP, tokenization, scheduling")] = 0.0
     max_num_seqs: Annotated[int, Field(description="vLLM --max-num-seqs")]
     chunk_tokens: Annotated[int, Field(description="prompt tokens per engine step (chunked-prefill budget)")]
     source: Literal["analytic", "fitted"] = "analytic"
