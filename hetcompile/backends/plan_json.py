@@ -103,6 +103,24 @@ def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
     )
 
 
+def slo_doc(ir: Problem, w, weights: dict[str, float]) -> Slo:
+    """Target and prediction of one workload's SLO: the worst replica it is routed to."""
+    ttft, tpot = [], []
+    for r in ir.replicas:
+        if weights.get(r.id, 0.0) <= 0:
+            continue
+        est = r.estimate
+        ttft += [v for k, v in est.ttft_s if k == w.name]
+        tpot += [v for k, v in est.tpot_s if k == w.name]
+    pt, pp = (max(ttft) if ttft else None), (max(tpot) if tpot else None)
+    met = None
+    if pt is not None or pp is not None:
+        eps = 1e-9
+        met = ((w.ttft_slo is None or (pt is not None and pt <= w.ttft_slo * (1 + eps)))
+               and (w.tpot_slo is None or (pp is not None and pp <= w.tpot_slo * (1 + eps))))
+    return Slo(ttft_s=w.ttft_slo, tpot_s=w.tpot_slo, predicted_ttft_s=pt, predicted_tpot_s=pp, met=met)
+
+
 def next_replica(ir: Problem) -> int:
     """One past the highest replica number this plan or its predecessors used (ids are never reused)."""
     used = [int(r.id[1:]) for r in ir.replicas if r.id[:1] == "r" and r.id[1:].isdigit()]
@@ -124,7 +142,7 @@ def plan_doc(ir: Problem) -> PlanDoc:
         workloads=tuple(
             PlanWorkload(name=w.name, model=w.model, input_tokens=w.input_tokens, output_tokens=w.output_tokens,
                          demand=w.demand, demand_kind=w.demand_kind, served_requests_per_s=served[w.name],
-                         slo=Slo(ttft_s=w.ttft_slo, tpot_s=w.tpot_slo) if (w.ttft_slo or w.tpot_slo) else None)
+                         slo=slo_doc(ir, w, routing.get(w.name, {})) if (w.ttft_slo or w.tpot_slo) else None)
             for w in ir.workloads
         ),
         engine=EngineSettings(max_num_seqs=ir.engine.max_num_seqs, gpu_memory_utilization=ir.engine.gpu_memory_utilization,

@@ -309,6 +309,9 @@ def _spans(spec: Spec, smap: SourceMap, offers: tuple[Offer, ...]) -> tuple:
     add("objective", smap.value(("objective",)))
     for i, m in enumerate(spec.models):
         add(f"model:{m.name}", smap.value(("models", i, "name")))
+    for i, w in enumerate(spec.workloads):
+        if w.slo is not None:
+            add(f"slo:{w.name}", smap.value(("workloads", i, "slo")))
     return tuple(sorted(out))
 
 

@@ -47,6 +47,9 @@ class PlanModel(_Doc):
 class Slo(_Doc):
     ttft_s: Annotated[float | None, Field(description="time-to-first-token target, seconds")] = None
     tpot_s: Annotated[float | None, Field(description="time-per-output-token target, seconds")] = None
+    predicted_ttft_s: Annotated[float | None, Field(description="predicted TTFT incl. queueing, worst routed replica")] = None
+    predicted_tpot_s: Annotated[float | None, Field(description="predicted p99-ish TPOT, worst routed replica")] = None
+    met: Annotated[bool | None, Field(description="every predicted value within its target (None: nothing routed)")] = None
 
 
 class PlanWorkload(_Doc):

@@ -191,7 +191,7 @@ class ShapeEstimate(Frozen):
 
 
 class Shape(Frozen):
-    id: Annotated[str, Field(description="model|offer|tp|pp")]
+    id: Annotated[str, Field(description="model|offer|tp|pp, plus |slo:<workload> for a copy dedicated to an SLO workload")]
     model: str
     offer: str
     gpu: str

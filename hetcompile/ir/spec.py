@@ -105,7 +105,7 @@ class WorkloadSpec(_Spec):
     share: Annotated[
         Fraction | None, Field(default=None, description="share of the traffic mix when no rate is given")
     ] = None
-    slo: Annotated[SloSpec | None, Field(default=None, description="latency targets (reported)")] = None
+    slo: Annotated[SloSpec | None, Field(default=None, description="latency targets: compose sizes replicas so the predicted TTFT and p99 TPOT meet them")] = None
     match: Annotated[MatchSpec | None, Field(default=None, description="router classification rule")] = None
 
 

@@ -17,6 +17,8 @@ min-cost; x demand per $/h for max-throughput-per-dollar.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 
 from hetcompile.ir.errors import InfeasibleError
@@ -106,7 +108,85 @@ def explain_unfit_model(ir: Problem, model: str) -> str:
     )
 
 
+def _slo_text(w) -> str:
+    parts = ([f"ttft {w.ttft_slo:g}s"] if w.ttft_slo is not None else []) + \
+        ([f"tpot {w.tpot_slo * 1e3:g}ms"] if w.tpot_slo is not None else [])
+    return ", ".join(parts)
+
+
+def slo_alternatives(ir: Problem, w) -> list[str]:
+    """Catalog GPU types (one node, TP 1-8, PP 1-2) on which one replica would meet `w`'s SLO."""
+    from hetcompile.perf import analytic, catalog
+    from hetcompile.perf.capacity import slo_capacity
+
+    m = ir.model(w.model)
+    out = []
+    for name in catalog.gpu_names():
+        g = catalog.lookup_gpu(name)
+        if g is None or (m.dtype == "bfloat16" and not g.bf16):
+            continue
+        found = None
+        for tp in (t for t in (1, 2, 4, 8) if m.arch.heads % t == 0):
+            e = analytic.perf_entry(m.name, m.arch, m.dtype_bytes, g, tp, ir.engine.gpu_memory_utilization, m.max_model_len)
+            for d in (1, 2):
+                part = analytic.balanced_partition(e, m.arch.layers, d, m.max_model_len)
+                if part is None:
+                    continue
+                stages = [(g, tp, k, analytic.stage_kv_tokens(e, k, i == 0, i == d - 1)) for i, k in enumerate(part)]
+                rm = analytic.replica_model(m.arch, m.dtype_bytes, stages, 1e-4, 10e9, ir.engine.max_num_seqs)
+                if slo_capacity(rm, w.input_tokens, w.output_tokens, w.ttft_slo, w.tpot_slo).requests_per_s > 0:
+                    found = f"{name} (tp={tp}, pp={d})"
+                    break
+            if found:
+                break
+        if found:
+            out.append(found)
+    return out
+
+
+def check_slo_inputs(ir: Problem, t: ComposeTables) -> None:
+    """A workload with an SLO that no candidate shape meets (or none within the budget) fails here."""
+    for w in ir.workloads:
+        if w.ttft_slo is None and w.tpot_slo is None:
+            continue
+        mine = [s for s in ir.shapes or () if s.model == w.model]
+        if not mine:
+            continue  # the model itself cannot be served: check_feasible_inputs says why
+        meeting = [s for s in mine if (s.id, w.name) in t.h]
+        if not meeting:
+            tpots = [dict(s.estimate.tpot_s).get(w.name, math.inf) for s in mine]
+            ttfts = [dict(s.estimate.ttft_s).get(w.name, math.inf) for s in mine]
+            best = []
+            if w.tpot_slo is not None:
+                best.append(f"tpot >= {min(tpots) * 1e3:.0f}ms")
+            if w.ttft_slo is not None:
+                best.append(f"ttft >= {min(ttfts):.3g}s")
+            alts = slo_alternatives(ir, w)
+            lines = [f"  - {s.id}: {dict(s.estimate.binding).get(w.name, '')}" for s in mine[:8]]
+            more = f"\n  ... and {len(mine) - 8} more shapes" if len(mine) > 8 else ""
+            raise InfeasibleError(
+                f"no offered replica shape meets the SLO of workload {w.name!r} ({_slo_text(w)}):\n" + "\n".join(lines) + more,
+                ir.span(f"slo:{w.name}"),
+                hint=(f"offer a faster GPU type ({', '.join(alts[:4])} would meet it)" if alts else
+                      "no catalog GPU type meets it on one node either") +
+                f", or loosen the target (the offered shapes reach {' and '.join(best)})",
+            )
+        if t.budget is not None:
+            cheapest = min(meeting, key=lambda s: (solution_cost({s.id: 1}, t), s.id))
+            price = solution_cost({cheapest.id: 1}, t)
+            if price > t.budget * (1 + 1e-9):
+                raise InfeasibleError(
+                    f"budget {_per_h(t.budget)} is below the cheapest replica that meets the SLO of workload {w.name!r} "
+                    f"({_slo_text(w)}): {cheapest.tp * cheapest.pp}x {cheapest.gpu} in {cheapest.region} "
+                    f"(tp={cheapest.tp}, pp={cheapest.pp}) at {_per_h(price)}",
+                    ir.span(f"slo:{w.name}") or ir.span("budget"),
+                    hint=f"raise `budget` to at least {_per_h(price)}, offer GPUs that meet the SLO more cheaply, "
+                    "or loosen the target",
+                )
+
+
 def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
+    check_slo_inputs(ir, t)
     served = {w for (_, w) in t.h}
     for w in ir.workloads:
         if w.name not in served and ir.shapes and any(s.model == w.model for s in ir.shapes):

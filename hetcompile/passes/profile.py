@@ -18,7 +18,7 @@ from __future__ import annotations
 from hetcompile.ir.problem import MeasuredShape, Offer, PerfEntry, Problem, Shape, ShapeEstimate
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.perf import analytic
-from hetcompile.perf.capacity import chain_capacity
+from hetcompile.perf.capacity import chain_capacity, slo_capacity
 
 EXTRA_DEPTH = 1
 
@@ -62,12 +62,21 @@ def estimate_shape(ir: Problem, model: str, offer: Offer, entry: PerfEntry, part
     pre = dec = 0.0
     for w in (w for w in ir.workloads if w.model == model):
         est = chain_capacity(rm, w.input_tokens, w.output_tokens)
+        pre, dec = max(pre, est.prefill_tokens_per_s), max(dec, est.decode_tokens_per_s)
+        if w.ttft_slo is not None or w.tpot_slo is not None:
+            # the SLO caps the load (perf/capacity.py slo_capacity); 0 excludes the shape for w
+            slo = slo_capacity(rm, w.input_tokens, w.output_tokens, w.ttft_slo, w.tpot_slo)
+            rps.append((w.name, slo.requests_per_s))
+            conc.append((w.name, slo.concurrency))
+            bind.append((w.name, f"{slo.binding}: {slo.reason}" if slo.reason else slo.binding))
+            ttft.append((w.name, slo.ttft_s))
+            tpot.append((w.name, slo.tpot_s))
+            continue
         rps.append((w.name, est.requests_per_s))
         conc.append((w.name, est.concurrency))
         bind.append((w.name, est.binding))
         ttft.append((w.name, est.ttft_s))
         tpot.append((w.name, est.tpot_s))
-        pre, dec = max(pre, est.prefill_tokens_per_s), max(dec, est.decode_tokens_per_s)
     return ShapeEstimate(
         kv_capacity_tokens=int(min(kv)), prefill_tokens_per_s=pre, decode_tokens_per_s=dec, throughput_rps=tuple(rps),
         concurrency=tuple(conc), binding=tuple(bind), ttft_s=tuple(ttft), tpot_s=tuple(tpot), source="analytic",
@@ -123,11 +132,35 @@ def enumerate_shapes(ir: Problem, table: tuple[PerfEntry, ...]) -> tuple[Shape, 
                     if d in measured:
                         est = apply_measured(est, measured[d])
                     sid = f"{m.name}|{o.id}|tp{t}|pp{d}"
-                    shapes[sid] = Shape(
-                        id=sid, model=m.name, offer=o.id, gpu=o.gpu, region=o.region, tp=t, pp=d, partition=part,
-                        price_per_s=t * d * o.price_per_gpu_s, estimate=est,
-                    )
+                    for cid, cest in slo_copies(ir, m.name, sid, est):
+                        shapes[cid] = Shape(
+                            id=cid, model=m.name, offer=o.id, gpu=o.gpu, region=o.region, tp=t, pp=d, partition=part,
+                            price_per_s=t * d * o.price_per_gpu_s, estimate=cest,
+                        )
     return tuple(shapes[k] for k in sorted(shapes))
+
+
+def slo_copies(ir: Problem, model: str, sid: str, est: ShapeEstimate) -> list[tuple[str, ShapeEstimate]]:
+    """A shape, split so that SLO workloads get replicas of their own.
+
+    A replica that also serves other workloads runs their (longer) sequences in the same batches,
+    which breaks the TPOT the SLO capacity was sized for. So when a model has several workloads,
+    each workload with an SLO is served only by dedicated copies `<shape>|slo:<workload>` (its own
+    SLO capacity, zero for the others), and the plain shape serves the workloads without SLOs
+    (it is dropped when every workload has one)."""
+    ws = [w for w in ir.workloads if w.model == model]
+    slo = [w.name for w in ws if w.ttft_slo is not None or w.tpot_slo is not None]
+    if not slo or len(ws) == 1:
+        return [(sid, est)]
+
+    def only(keep: set[str]) -> ShapeEstimate:
+        return est.model_copy(update={"throughput_rps": tuple((w, v if w in keep else 0.0) for w, v in est.throughput_rps)})
+
+    out = [(f"{sid}|slo:{w}", only({w})) for w in slo]
+    rest = {w.name for w in ws} - set(slo)
+    if rest:
+        out.insert(0, (sid, only(rest)))
+    return out
 
 
 class Profile(Pass):
