@@ -86,7 +86,7 @@ class PlanStage(_Doc):
 class ReplicaWorkload(_Doc):
     capacity_requests_per_s: Annotated[float, Field(description="h_{c,w}: requests/s at full load on this workload alone")]
     concurrency: Annotated[float, Field(description="C: sequences in flight (KV minimum, --max-num-seqs)")]
-    binding: Annotated[str, Field(description="what bounds the capacity: bottleneck-stage, depth, max-num-seqs, measured, stage:<unit>, latency")]
+    binding: Annotated[str, Field(description="what bounds the capacity: bottleneck-stage, depth, max-num-seqs, measured, stage:<unit>, latency; for an SLO workload slo-tpot, slo-ttft or slo-unmeetable: <reason>")]
     ttft_s: Annotated[float | None, Field(description="estimated time to first token, seconds")] = None
     tpot_s: Annotated[float | None, Field(description="estimated time per output token at full load, seconds")] = None
 
