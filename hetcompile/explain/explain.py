@@ -62,6 +62,10 @@ def bottleneck(replica: dict, binding: str | None) -> Bottleneck:
         return Bottleneck(kind="hops", hops=hops, text=text)
     if b == "max-num-seqs":
         return Bottleneck(kind="max-num-seqs", text="the engine's --max-num-seqs caps concurrency; the KV cache holds more")
+    if b.startswith("slo-"):
+        what = {"slo-tpot": "the workload's TPOT target (p99 bound) caps the concurrency",
+                "slo-ttft": "the workload's TTFT target caps the load (queueing for the prefill)"}
+        return Bottleneck(kind="other", text=what.get(b, f"the workload's SLO: {b.removeprefix('slo-')}"))
     if b == "measured":
         return Bottleneck(kind="measured", text="a measured profile gives the capacity; what binds is not modelled")
     return Bottleneck(kind="other", text=f"binding term {b!r}")
