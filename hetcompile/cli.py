@@ -140,7 +140,9 @@ def explain(
         old_plan = read_plan(plan)
         old_exp = explain_plan(old_plan)
         if new is None:
-            result = render_explanation(old_exp, fmt)
+            from hetcompile.explain.simulation import with_simulation
+
+            result = with_simulation(render_explanation(old_exp, fmt), plan, fmt)  # + OUT/simulation.json
         else:
             new_plan = read_plan(new)
             result = render_diff(diff_plans(old_plan, new_plan), fmt, old_exp, explain_plan(new_plan))
@@ -211,6 +213,51 @@ def router(
 
     token = os.environ.get(auth_token_env) if auth_token_env else None
     serve(table, host=host, port=port, policy=policy, auth_token=token)
+
+
+@app.command()
+def simulate(
+    out_dir: Path = typer.Argument(..., help="OUT directory of `hetcompile build` (or its plan.json)"),
+    duration: str = typer.Option("300s", "--duration", help="arrivals are generated over this long, e.g. 300s, 5min"),
+    arrivals: str = typer.Option("poisson", "--arrivals", help="'poisson' (per workload at the plan's rates) or a JSONL trace"),
+    seed: int = typer.Option(0, "--seed", help="seed of the Poisson arrivals"),
+    load: float = typer.Option(1.0, "--load", help="multiple of the plan's served rates to offer (poisson)"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="where to write simulation.json (default OUT/simulation.json)"),
+) -> None:
+    """Replay arrivals through the plan's replicas and router weights (discrete-event); write simulation.json."""
+    from hetcompile.backends.canon import dumps_json
+    from hetcompile.explain.doc import Doc
+    from hetcompile.explain.render import rich_renderables
+    from hetcompile.explain.simulation import simulation_section
+    from hetcompile.ir.plan_io import read_plan_doc
+    from hetcompile.ir.units import parse_duration
+    from hetcompile.simulate import poisson_arrivals, simulate as run_simulation, trace_arrivals
+
+    try:
+        plan = read_plan_doc(out_dir)
+        try:
+            seconds = parse_duration(duration)
+        except ValueError as exc:
+            raise HetcompileError(f"--duration: {exc}") from None
+        if not seconds > 0:
+            raise HetcompileError(f"--duration must be positive, got {duration!r}")
+        if load <= 0:
+            raise HetcompileError(f"--load must be positive, got {load}")
+        if arrivals == "poisson":
+            arr, name = poisson_arrivals(plan, seconds, seed, load), "poisson"
+        else:
+            arr, name = trace_arrivals(plan, Path(arrivals)), Path(arrivals).name
+        doc = run_simulation(plan, arr, seconds, seed=seed, load=load if name == "poisson" else 1.0, arrivals_name=name)
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    base = out_dir if out_dir.is_dir() else out_dir.parent
+    target = output or base / "simulation.json"
+    target.write_text(dumps_json(doc.model_dump(mode="json")))
+    from rich.console import Group
+
+    out.print(Group(*rich_renderables(Doc(f"simulation of {plan.plan}", (), (simulation_section(doc),)))))
+    err.print(f"wrote {target}")
 
 
 def main() -> None:
