@@ -215,6 +215,60 @@ def router(
     serve(table, host=host, port=port, policy=policy, auth_token=token)
 
 
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise HetcompileError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise HetcompileError(f"{what}: expected positive integers, got {text!r}")
+    return vals
+
+
+@app.command()
+def profile(
+    endpoint: str = typer.Argument(..., help="base URL of a running vLLM OpenAI server, e.g. http://10.0.0.5:8000"),
+    model: str = typer.Option(..., "--model", help="the spec's model name this server runs"),
+    gpu: str = typer.Option(..., "--gpu", help="GPU type of the server (a catalog or spec gpus: name)"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel size per node"),
+    pp: int = typer.Option(1, "--pp", help="pipeline stages"),
+    output: Path = typer.Option(Path("profiles.yaml"), "-o", "--output", help="profiles file to write"),
+    served_name: Optional[str] = typer.Option(None, "--served-name", help="model name the server answers to (default: the first of /v1/models)"),
+    concurrency: str = typer.Option("1,4,16", "--concurrency", help="concurrency levels of the sweep"),
+    prompts: str = typer.Option("16,64,128", "--prompts", help="prompt lengths (tokens) of the sweep"),
+    output_tokens: int = typer.Option(32, "--output-tokens", help="output tokens per request"),
+    requests: int = typer.Option(2, "--requests", help="requests per client and sweep point"),
+) -> None:
+    """Measure a running vLLM server with a bounded load sweep; fit the step-time model; write a profiles file."""
+    from hetcompile.backends.canon import dumps_yaml
+    from hetcompile.profiling import SweepConfig, profile as run_profile
+
+    try:
+        if tp < 1 or pp < 1 or output_tokens < 2 or requests < 1:
+            raise HetcompileError("--tp, --pp and --requests must be >= 1 and --output-tokens >= 2")
+        cfg = SweepConfig(concurrency=_int_list(concurrency, "--concurrency"), prompt_tokens=_int_list(prompts, "--prompts"),
+                          output_tokens=output_tokens, requests=requests)
+
+        def show(pt) -> None:
+            err.print(f"prompt {pt.prompt_tokens:>5}  concurrency {pt.concurrency:>3}:  TTFT {1000 * pt.ttft_s:8.2f} ms  "
+                      f"ITL {1000 * pt.itl_s:8.2f} ms  {pt.output_tokens_per_s:9.1f} output tok/s")
+
+        entry, fit, points = run_profile(endpoint, model, gpu, tp, pp, cfg, served_name, show)
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    except ValueError as exc:  # the fit had nothing to work with
+        _fail(HetcompileError(f"cannot fit the step model: {exc}"))
+        return
+    header = (f"# measured by `hetcompile profile {endpoint} --model {model} --gpu {gpu} --tp {tp} --pp {pp}`\n"
+              f"# include it from a spec: `profiles: [{output.name}]`\n")
+    output.write_text(header + dumps_yaml([entry]))
+    out.print(f"step {1000 * fit.step_s:.3f} ms + {1e6 * fit.per_token_s:.3f} us/token + {1e9 * fit.per_kv_token_s:.3f} "
+              f"ns/context token; request overhead {1000 * fit.request_s:.3f} ms; fit rel. RMSE {100 * fit.rel_rmse:.1f}% "
+              f"over {fit.rows} points")
+    err.print(f"wrote {output}")
+
+
 @app.command()
 def simulate(
     out_dir: Path = typer.Argument(..., help="OUT directory of `hetcompile build` (or its plan.json)"),

@@ -10,7 +10,9 @@ computes it), concurrency and which term binds -- formulas in `hetcompile.perf.a
 
 d runs from the least depth that fits the model to one more (deeper same-type chains only add KV
 and hop latency); measured profiles (`profiles:` in the spec) add or override shapes and their
-h_{c,w} (seed 003 App. C/L: one-time profiling), and mark the estimate `measured`.
+h_{c,w} (seed 003 App. C/L: one-time profiling), and mark the estimate `measured`; fitted step-time
+coefficients (`hetcompile profile`, perf/fit.py) replace the shape's step model and everything
+derived from it. A profile with no numbers is a spec error (lower.py), never a `measured` label.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hetcompile.ir.problem import MeasuredShape, Offer, PerfEntry, Problem, Shap
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.perf import analytic
 from hetcompile.perf.capacity import chain_capacity
+from hetcompile.perf.stepmodel import LayerCost, ReplicaModel
 
 EXTRA_DEPTH = 1
 
@@ -75,8 +78,43 @@ def estimate_shape(ir: Problem, model: str, offer: Offer, entry: PerfEntry, part
     )
 
 
-def apply_measured(est: ShapeEstimate, meas: MeasuredShape) -> ShapeEstimate:
-    """Measured numbers replace the analytic ones they cover; the rest stays analytic."""
+def fitted_model(rm: ReplicaModel, coeff: dict[str, float], kv_tokens: int | None) -> ReplicaModel:
+    """The analytic step model with the fitted linear one (perf/fit.py) in its place: o becomes the
+    step overhead; c and k are spread over the layers, c as the per-token term that sits outside the
+    roofline's max (comm_s_per_token, linear like the fit) and k as the KV read term, with the
+    weights and compute terms at zero (the memory-bound special case of perf/stepmodel.py)."""
+    layers = sum(st.layers for st in rm.stages)
+    cost = LayerCost(weights_s=0.0, kv_s_per_token=coeff["per_kv_token_s"] / layers, flop_s_per_token=0.0,
+                     attn_s_per_pair=0.0, comm_s_per_token=coeff["per_token_s"] / layers, comm_s=0.0)
+    stages = tuple(st.model_copy(update={"cost": cost, "kv_tokens": float(kv_tokens or st.kv_tokens)}) for st in rm.stages)
+    return rm.model_copy(update={"stages": stages, "step_overhead_s": coeff["step_s"], "source": "fitted"})
+
+
+def _refit(est: ShapeEstimate, rm: ReplicaModel, workloads: dict, request_s: float) -> ShapeEstimate:
+    rps, conc, bind, ttft, tpot = [], [], [], [], []
+    pre = dec = 0.0
+    for w, _ in est.throughput_rps:
+        I, O = workloads[w]
+        e = chain_capacity(rm, I, O)
+        rps.append((w, e.requests_per_s))
+        conc.append((w, e.concurrency))
+        bind.append((w, e.binding))
+        ttft.append((w, e.ttft_s + request_s))
+        tpot.append((w, e.tpot_s))
+        pre, dec = max(pre, e.prefill_tokens_per_s), max(dec, e.decode_tokens_per_s)
+    return est.model_copy(update={
+        "throughput_rps": tuple(rps), "concurrency": tuple(conc), "binding": tuple(bind), "ttft_s": tuple(ttft),
+        "tpot_s": tuple(tpot), "prefill_tokens_per_s": pre, "decode_tokens_per_s": dec,
+        "kv_capacity_tokens": int(rm.kv_capacity_tokens), "step_model": rm,
+    })
+
+
+def apply_measured(est: ShapeEstimate, meas: MeasuredShape, workloads: dict | None = None) -> ShapeEstimate:
+    """Measured numbers replace the analytic ones they cover; the rest stays analytic. Fitted
+    coefficients replace the step model first, and every estimate derived from it."""
+    if meas.coefficients and est.step_model is not None and workloads is not None:
+        coeff = dict(meas.coefficients)
+        est = _refit(est, fitted_model(est.step_model, coeff, meas.kv_capacity_tokens), workloads, coeff.get("request_s", 0.0))
     measured = dict(meas.throughput)
     rps = tuple((w, measured.get(w, v)) for w, v in est.throughput_rps)
     return est.model_copy(
@@ -121,7 +159,8 @@ def enumerate_shapes(ir: Problem, table: tuple[PerfEntry, ...]) -> tuple[Shape, 
                         part = even_partition(L, d)
                     est = estimate_shape(ir, m.name, o, e, part)
                     if d in measured:
-                        est = apply_measured(est, measured[d])
+                        wl = {w.name: (w.input_tokens, w.output_tokens) for w in ir.workloads if w.model == m.name}
+                        est = apply_measured(est, measured[d], wl)
                     sid = f"{m.name}|{o.id}|tp{t}|pp{d}"
                     shapes[sid] = Shape(
                         id=sid, model=m.name, offer=o.id, gpu=o.gpu, region=o.region, tp=t, pp=d, partition=part,
