@@ -251,7 +251,7 @@ def profile(
 
         def show(pt) -> None:
             err.print(f"prompt {pt.prompt_tokens:>5}  concurrency {pt.concurrency:>3}:  TTFT {1000 * pt.ttft_s:8.2f} ms  "
-                      f"ITL {1000 * pt.itl_s:8.2f} ms  {pt.output_tokens_per_s:9.1f} output tok/s")
+                      f"request {1000 * pt.e2e_s:8.2f} ms  {pt.output_tokens_per_s:9.1f} output tok/s")
 
         entry, fit, points = run_profile(endpoint, model, gpu, tp, pp, cfg, served_name, show)
     except HetcompileError as exc:

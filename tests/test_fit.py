@@ -82,3 +82,19 @@ def test_fit_rejects_empty_and_nonpositive() -> None:
         fit_step_model([])
     with pytest.raises(ValueError):
         fit_step_model([Observation("step", 1, 0, 0.0)])
+
+
+def test_fit_from_end_to_end_latencies() -> None:
+    """What the sweep measures: whole-request latencies at (p, c) and TTFTs alone."""
+    o, c, k, r = 0.004, 2e-5, 3e-8, 0.012
+    O = 32
+    obs = []
+    for p in (16, 64, 128):
+        for n in (1, 4, 16):
+            S = n * (p + O / 2)
+            e2e = r + (o + c * p) + (O - 1) * (o + c * n + k * S)
+            obs.append(Observation("e2e", n, S, e2e, prompt_tokens=p, output_tokens=O))
+        obs.append(Observation("ttft", p, 0.0, r + o + c * p))
+    fit = fit_step_model(obs)
+    assert (fit.step_s, fit.per_token_s, fit.per_kv_token_s, fit.request_s) == pytest.approx((o, c, k, r), rel=1e-6)
+    assert fit.predict(obs[0]) == pytest.approx(obs[0].seconds, rel=1e-9)

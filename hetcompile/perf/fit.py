@@ -11,7 +11,13 @@ memory-bound special case of perf/stepmodel.py (f = a = 0):
                                              k: per context token read by decode attention
     ttft(p)     = r + step(p, 0)             r: per-request overhead, p prompt tokens
 
-so every measured ITL gives a row [1, n, S, 0] and every TTFT a row [1, p, 0, 1]; x = (o, c, k, r)
+    e2e(p, n, S, O) = ttft(p) + (O - 1) step(n, S)     a whole request: its prefill, then O - 1
+                                                      decode steps among n sequences
+
+so every measured ITL gives a row [1, n, S, 0], every TTFT a row [1, p, 0, 1] and every end-to-end
+latency a row [O, p + (O-1) n, (O-1) S, 1] (streamed chunk times are unreliable on a loaded host:
+the server coalesces tokens into one chunk when the client lags, so the sweep fits end-to-end
+latencies and the TTFT of requests alone); x = (o, c, k, r)
 >= 0 solves min ||A x - y|| (Lawson-Hanson active set, as scipy.optimize.nnls, without scipy).
 Rows are weighted by 1/y so short and long steps count in relative error alike.
 """
@@ -60,12 +66,23 @@ def nnls(A: np.ndarray, y: np.ndarray, max_iter: int | None = None, tol: float |
 
 @dataclass(frozen=True)
 class Observation:
-    """One measured quantity: an inter-token latency ('step') or a time to first token ('ttft')."""
+    """One measured quantity: an inter-token latency ('step'), a time to first token ('ttft') or a
+    request's end-to-end latency ('e2e')."""
 
-    kind: str  # "step" | "ttft"
-    tokens: float  # n: tokens in the step (decode sequences), or the prompt length for ttft
-    kv_tokens: float  # S: context tokens read by the step (0 for ttft)
+    kind: str  # "step" | "ttft" | "e2e"
+    tokens: float  # n: tokens in a decode step (sequences), or the prompt length for ttft
+    kv_tokens: float  # S: context tokens read by a decode step (0 for ttft)
     seconds: float
+    prompt_tokens: float = 0.0  # e2e: p
+    output_tokens: float = 0.0  # e2e: O
+
+    def row(self) -> list[float]:
+        if self.kind == "step":
+            return [1.0, self.tokens, self.kv_tokens, 0.0]
+        if self.kind == "ttft":
+            return [1.0, self.tokens, 0.0, 1.0]
+        d = self.output_tokens - 1.0
+        return [self.output_tokens, self.prompt_tokens + d * self.tokens, d * self.kv_tokens, 1.0]
 
 
 @dataclass(frozen=True)
@@ -78,15 +95,14 @@ class Fit:
     rel_rmse: float  # root mean square of (predicted - measured) / measured
 
     def predict(self, obs: Observation) -> float:
-        t = self.step_s + self.per_token_s * obs.tokens + self.per_kv_token_s * obs.kv_tokens
-        return t + (self.request_s if obs.kind == "ttft" else 0.0)
+        return float(np.dot(obs.row(), [self.step_s, self.per_token_s, self.per_kv_token_s, self.request_s]))
 
 
 def fit_step_model(observations: list[Observation]) -> Fit:
     """The module docstring's (o, c, k, r) by weighted NNLS over `observations`."""
     if not observations:
         raise ValueError("no observations to fit")
-    A = np.array([[1.0, o.tokens, o.kv_tokens, 1.0 if o.kind == "ttft" else 0.0] for o in observations])
+    A = np.array([o.row() for o in observations])
     y = np.array([o.seconds for o in observations])
     if (y <= 0).any():
         raise ValueError("measured times must be positive")

@@ -8,9 +8,11 @@ OpenAI completions API and vLLM accept), outputs are exactly O tokens (`max_toke
 
     TTFT = first streamed chunk - send;   ITL = (last chunk - first chunk) / (completion tokens - 1)
 
-Observations for perf/fit.py: every sweep point gives one decode step row (n = c sequences,
-S = c (p + O/2) context tokens, seconds = mean ITL); the points at c = 1 give TTFT rows (a prompt
-of p tokens alone: per-request overhead plus one prefill step). The fit's coefficients, the
+Observations for perf/fit.py: every sweep point gives one end-to-end row (a prompt of p tokens,
+then O - 1 decode steps among n = c sequences reading S = c (p + O/2) context tokens; seconds =
+mean request latency); the points at c = 1 also give TTFT rows (a prompt alone: per-request
+overhead plus one prefill step). Streamed chunk times are not fitted directly: when the host is
+busy the server coalesces several tokens into one chunk, which makes inter-chunk gaps meaningless. The fit's coefficients, the
 measured output tokens/s at the highest concurrency, and a record of the sweep go into a profiles
 file the spec includes (`profiles: [profiles.yaml]`).
 """
@@ -60,6 +62,7 @@ class PointResult:
     concurrency: int
     ttft_s: float
     itl_s: float
+    e2e_s: float
     output_tokens_per_s: float
     samples: int
 
@@ -145,6 +148,7 @@ async def run_sweep(base: str, cfg: SweepConfig, model: str | None = None, progr
                 points.append(PointResult(
                     prompt_tokens=p, concurrency=c, ttft_s=statistics.mean(s.ttft_s for s in samples),
                     itl_s=statistics.mean(itls) if itls else float("nan"),
+                    e2e_s=statistics.mean(s.end - s.start for s in samples),
                     output_tokens_per_s=sum(s.completion_tokens for s in samples) / span, samples=len(samples),
                 ))
                 if progress:
@@ -155,9 +159,9 @@ async def run_sweep(base: str, cfg: SweepConfig, model: str | None = None, progr
 def observations(points: list[PointResult], output_tokens: int) -> list[Observation]:
     obs = []
     for pt in points:
-        if pt.itl_s == pt.itl_s and pt.itl_s > 0:  # not NaN
-            c = pt.concurrency
-            obs.append(Observation("step", c, c * (pt.prompt_tokens + output_tokens / 2.0), pt.itl_s))
+        c = pt.concurrency
+        obs.append(Observation("e2e", c, c * (pt.prompt_tokens + output_tokens / 2.0), pt.e2e_s,
+                               prompt_tokens=pt.prompt_tokens, output_tokens=output_tokens))
         if pt.concurrency == 1 and pt.ttft_s > 0:
             obs.append(Observation("ttft", pt.prompt_tokens, 0.0, pt.ttft_s))
     return obs
