@@ -157,6 +157,16 @@ def test_simulated_capacity_within_10_percent(example: str) -> None:
         assert c.ratio == pytest.approx(1.0, abs=0.10), c
 
 
+@pytest.mark.parametrize("example", ["tiny-cpu", "cost-efficiency-appc", "quickstart", "three-regions", "llama70b-pp"])
+def test_simulated_capacity_within_10_percent_under_the_formulas_assumptions(example: str) -> None:
+    """Prefill spread evenly over the steps and no KV preemption (capacity_check.fluid_model): the
+    simulator's batching, pipelining and hops must then reproduce h_{c,w} within 10%."""
+    cases = capacity_cases(read_plan_doc(GOLDEN / example / "plan.json"), fluid=True)
+    assert cases
+    for c in cases:
+        assert c.ratio == pytest.approx(1.0, abs=0.10), c
+
+
 @pytest.mark.parametrize("example", ["quickstart", "three-regions", "llama70b-pp"])
 def test_formula_is_an_upper_bound_where_prefill_is_lumpy(example: str) -> None:
     """The formula spreads every prompt evenly over the engine steps, so prefill rides for free in
