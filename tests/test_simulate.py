@@ -195,6 +195,30 @@ def test_cli_writes_schema_valid_simulation_and_explain_shows_it(tmp_path: Path)
     exp = runner.invoke(app, ["explain", str(out), "-f", "md"])
     assert exp.exit_code == 0, exp.output
     assert "## Simulation (simulation.json)" in exp.output and "| short |" in exp.output
+    text = runner.invoke(app, ["explain", str(out)])
+    assert text.exit_code == 0 and "Simulation (simulation.json)" in text.output
+    assert "Simulation" not in runner.invoke(app, ["explain", str(GOLDEN / "tiny-cpu")]).output
+
+
+def test_slo_attainment() -> None:
+    from hetcompile.ir.plan import Slo
+
+    plan = read_plan_doc(TINY)
+
+    def with_slo(slo: Slo):
+        wl = tuple(w.model_copy(update={"slo": slo}) for w in plan.workloads)
+        p = plan.model_copy(update={"workloads": wl})
+        return simulate(p, poisson_arrivals(p, 5.0, 0, load=0.5), 5.0, load=0.5)
+
+    loose = with_slo(Slo(ttft_s=10.0, tpot_s=1.0))
+    assert all(w.slo_attainment == 1.0 and w.slo_tpot_s == 1.0 for w in loose.workloads)
+    tight = with_slo(Slo(tpot_s=1e-4))  # below one engine step
+    assert all(w.slo_attainment == 0.0 for w in tight.workloads)
+    tpots = {w.name: w.tpot_s.p50 for w in loose.workloads}
+    mid = with_slo(Slo(tpot_s=tpots["short"]))  # the median: about half meet it
+    att = next(w.slo_attainment for w in mid.workloads if w.name == "short")
+    assert 0.3 <= att <= 0.8
+    assert all(w.slo_attainment is None for w in simulate(plan, poisson_arrivals(plan, 2.0, 0), 2.0).workloads)
 
 
 def test_cli_errors_are_clean(tmp_path: Path) -> None:
