@@ -68,3 +68,18 @@ def test_measured_throughput_still_wins_over_the_fit(tmp_path: Path) -> None:
     assert dict(est.throughput_rps)["short"] == pytest.approx(50.0)
     assert dict(est.binding) == {"short": "measured", "long": "max-num-seqs"}
     assert shapes[2].estimate.source == "analytic" and shapes[2].estimate.step_model.source == "analytic"
+
+
+def test_profile_command_reports_an_unreachable_server(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from hetcompile.cli import app
+    from hetcompile.testing import free_port
+
+    res = CliRunner().invoke(app, ["profile", f"http://127.0.0.1:{free_port()}", "--model", "m", "--gpu", "L4",
+                                   "-o", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 1
+    assert "cannot list models at" in res.output and "is a vLLM OpenAI server" in res.output
+    assert not (tmp_path / "p.yaml").exists()
+    res = CliRunner().invoke(app, ["profile", "http://x", "--model", "m", "--gpu", "L4", "--prompts", "16,abc"])
+    assert res.exit_code == 1 and "--prompts: expected comma-separated integers" in res.output
