@@ -140,7 +140,9 @@ def explain(
         old_plan = read_plan(plan)
         old_exp = explain_plan(old_plan)
         if new is None:
-            result = render_explanation(old_exp, fmt)
+            from hetcompile.explain.simulation import with_simulation
+
+            result = with_simulation(render_explanation(old_exp, fmt), plan, fmt)  # + OUT/simulation.json
         else:
             new_plan = read_plan(new)
             result = render_diff(diff_plans(old_plan, new_plan), fmt, old_exp, explain_plan(new_plan))
@@ -211,6 +213,105 @@ def router(
 
     token = os.environ.get(auth_token_env) if auth_token_env else None
     serve(table, host=host, port=port, policy=policy, auth_token=token)
+
+
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise HetcompileError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise HetcompileError(f"{what}: expected positive integers, got {text!r}")
+    return vals
+
+
+@app.command()
+def profile(
+    endpoint: str = typer.Argument(..., help="base URL of a running vLLM OpenAI server, e.g. http://10.0.0.5:8000"),
+    model: str = typer.Option(..., "--model", help="the spec's model name this server runs"),
+    gpu: str = typer.Option(..., "--gpu", help="GPU type of the server (a catalog or spec gpus: name)"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel size per node"),
+    pp: int = typer.Option(1, "--pp", help="pipeline stages"),
+    output: Path = typer.Option(Path("profiles.yaml"), "-o", "--output", help="profiles file to write"),
+    served_name: Optional[str] = typer.Option(None, "--served-name", help="model name the server answers to (default: the first of /v1/models)"),
+    concurrency: str = typer.Option("1,4,16", "--concurrency", help="concurrency levels of the sweep"),
+    prompts: str = typer.Option("16,64,128", "--prompts", help="prompt lengths (tokens) of the sweep"),
+    output_tokens: int = typer.Option(32, "--output-tokens", help="output tokens per request"),
+    requests: int = typer.Option(2, "--requests", help="requests per client and sweep point"),
+) -> None:
+    """Measure a running vLLM server with a bounded load sweep; fit the step-time model; write a profiles file."""
+    from hetcompile.backends.canon import dumps_yaml
+    from hetcompile.profiling import SweepConfig, profile as run_profile
+
+    try:
+        if tp < 1 or pp < 1 or output_tokens < 2 or requests < 1:
+            raise HetcompileError("--tp, --pp and --requests must be >= 1 and --output-tokens >= 2")
+        cfg = SweepConfig(concurrency=_int_list(concurrency, "--concurrency"), prompt_tokens=_int_list(prompts, "--prompts"),
+                          output_tokens=output_tokens, requests=requests)
+
+        def show(pt) -> None:
+            err.print(f"prompt {pt.prompt_tokens:>5}  concurrency {pt.concurrency:>3}:  TTFT {1000 * pt.ttft_s:8.2f} ms  "
+                      f"request {1000 * pt.e2e_s:8.2f} ms  {pt.output_tokens_per_s:9.1f} output tok/s")
+
+        entry, fit, points = run_profile(endpoint, model, gpu, tp, pp, cfg, served_name, show)
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    except ValueError as exc:  # the fit had nothing to work with
+        _fail(HetcompileError(f"cannot fit the step model: {exc}"))
+        return
+    header = (f"# measured by `hetcompile profile {endpoint} --model {model} --gpu {gpu} --tp {tp} --pp {pp}`\n"
+              f"# include it from a spec: `profiles: [{output.name}]`\n")
+    output.write_text(header + dumps_yaml([entry]))
+    out.print(f"step {1000 * fit.step_s:.3f} ms + {1e6 * fit.per_token_s:.3f} us/token + {1e9 * fit.per_kv_token_s:.3f} "
+              f"ns/context token; request overhead {1000 * fit.request_s:.3f} ms; fit rel. RMSE {100 * fit.rel_rmse:.1f}% "
+              f"over {fit.rows} points")
+    err.print(f"wrote {output}")
+
+
+@app.command()
+def simulate(
+    out_dir: Path = typer.Argument(..., help="OUT directory of `hetcompile build` (or its plan.json)"),
+    duration: str = typer.Option("300s", "--duration", help="arrivals are generated over this long, e.g. 300s, 5min"),
+    arrivals: str = typer.Option("poisson", "--arrivals", help="'poisson' (per workload at the plan's rates) or a JSONL trace"),
+    seed: int = typer.Option(0, "--seed", help="seed of the Poisson arrivals"),
+    load: float = typer.Option(1.0, "--load", help="multiple of the plan's served rates to offer (poisson)"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="where to write simulation.json (default OUT/simulation.json)"),
+) -> None:
+    """Replay arrivals through the plan's replicas and router weights (discrete-event); write simulation.json."""
+    from hetcompile.backends.canon import dumps_json
+    from hetcompile.explain.doc import Doc
+    from hetcompile.explain.render import rich_renderables
+    from hetcompile.explain.simulation import simulation_section
+    from hetcompile.ir.plan_io import read_plan_doc
+    from hetcompile.ir.units import parse_duration
+    from hetcompile.simulate import poisson_arrivals, simulate as run_simulation, trace_arrivals
+
+    try:
+        plan = read_plan_doc(out_dir)
+        try:
+            seconds = parse_duration(duration)
+        except ValueError as exc:
+            raise HetcompileError(f"--duration: {exc}") from None
+        if not seconds > 0:
+            raise HetcompileError(f"--duration must be positive, got {duration!r}")
+        if load <= 0:
+            raise HetcompileError(f"--load must be positive, got {load}")
+        if arrivals == "poisson":
+            arr, name = poisson_arrivals(plan, seconds, seed, load), "poisson"
+        else:
+            arr, name = trace_arrivals(plan, Path(arrivals)), Path(arrivals).name
+        doc = run_simulation(plan, arr, seconds, seed=seed, load=load if name == "poisson" else 1.0, arrivals_name=name)
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    base = out_dir if out_dir.is_dir() else out_dir.parent
+    target = output or base / "simulation.json"
+    target.write_text(dumps_json(doc.model_dump(mode="json")))
+    from rich.console import Group
+
+    out.print(Group(*rich_renderables(Doc(f"simulation of {plan.plan}", (), (simulation_section(doc),)))))
+    err.print(f"wrote {target}")
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from hetcompile.explain.model import json_schema as explain_schema
 from hetcompile.ir.plan import PlanDoc
 from hetcompile.ir.routing import RoutingTable
 from hetcompile.ir.spec import Spec
+from hetcompile.simulate.doc import SimulationDoc
 
 
 def schemas() -> dict[str, str]:
@@ -19,7 +20,11 @@ def schemas() -> dict[str, str]:
     plan = PlanDoc.model_json_schema()
     plan["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     plan["title"] = "hetcompile plan (OUT/plan.json)"
+    sim = SimulationDoc.model_json_schema()
+    sim["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    sim["title"] = "hetcompile simulation (OUT/simulation.json)"
     return {
+        "simulation.schema.json": dumps_json(sim),
         "plan.schema.json": dumps_json(plan),
         "spec.schema.json": dumps_json(spec),
         "routing.schema.json": dumps_json(routing),

@@ -233,6 +233,13 @@ def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: d
         if p.model not in models:
             raise SpecError(f"profile for unknown model {p.model!r}", psmap.value(path + ("model",)))
         gpu = _resolve_gpu(p.gpu, user, psmap, path + ("gpu",))
+        if not p.has_numbers():
+            raise SpecError(
+                f"profile {p.model}/{p.gpu}/tp{p.tp}/pp{p.pp} has no measured numbers, so it cannot make the estimate 'measured'",
+                psmap.value(path),
+                hint="give throughput, kv_capacity_tokens, prefill_tokens_per_s, decode_tokens_per_s or coefficients "
+                     "(`hetcompile profile ENDPOINT --model M --gpu G --tp T` writes them), or remove the entry",
+            )
         for w in p.throughput:
             if w not in workloads:
                 guess = did_you_mean(w, sorted(workloads))
@@ -245,6 +252,7 @@ def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: d
                 model=p.model, gpu=gpu.name, tp=p.tp, pp=p.pp, throughput=tuple(sorted(p.throughput.items())),
                 kv_capacity_tokens=p.kv_capacity_tokens, prefill_tokens_per_s=p.prefill_tokens_per_s,
                 decode_tokens_per_s=p.decode_tokens_per_s, source=p.source,
+                coefficients=tuple(sorted(p.coefficients.model_dump().items())) if p.coefficients else (),
             )
         )
     return tuple(sorted(out, key=lambda m: (m.model, m.gpu, m.tp, m.pp)))

@@ -103,6 +103,7 @@ class MeasuredShape(Frozen):
     kv_capacity_tokens: int | None = None
     prefill_tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
+    coefficients: tuple[tuple[str, float], ...] = Field(default=(), description="fitted (o, c, k, r) by name, perf/fit.py")
     source: str = "measured"
 
 

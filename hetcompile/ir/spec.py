@@ -188,6 +188,15 @@ class GpuSpec(_Spec):
     ] = None
 
 
+class StepCoefficients(_Spec):
+    """Fitted step-time coefficients of a replica (perf/fit.py; written by `hetcompile profile`)."""
+
+    step_s: Annotated[float, Field(ge=0, description="o: fixed seconds per engine step")]
+    per_token_s: Annotated[float, Field(ge=0, description="c: seconds per token in the step")]
+    per_kv_token_s: Annotated[float, Field(ge=0, description="k: seconds per context token read by decode attention")]
+    request_s: Annotated[float, Field(default=0.0, ge=0, description="r: per-request overhead added to TTFT")] = 0.0
+
+
 class MeasuredProfile(_Spec):
     """Measured numbers for one replica shape that override the analytic model (seed 003 App. C)."""
 
@@ -201,7 +210,16 @@ class MeasuredProfile(_Spec):
     kv_capacity_tokens: Annotated[int | None, Field(default=None, gt=0, description="measured KV tokens")] = None
     prefill_tokens_per_s: Annotated[float | None, Field(default=None, gt=0, description="measured prompt tokens/s")] = None
     decode_tokens_per_s: Annotated[float | None, Field(default=None, gt=0, description="measured output tokens/s")] = None
+    coefficients: Annotated[
+        StepCoefficients | None,
+        Field(default=None, description="fitted step-time model (`hetcompile profile`): replaces the analytic one for this shape"),
+    ] = None
     source: Annotated[str, Field(default="measured", description="where the numbers come from")] = "measured"
+
+    def has_numbers(self) -> bool:
+        return bool(self.throughput) or self.coefficients is not None or any(
+            x is not None for x in (self.kv_capacity_tokens, self.prefill_tokens_per_s, self.decode_tokens_per_s)
+        )
 
 
 class LayerProfileSpec(_Spec):

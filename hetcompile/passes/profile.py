@@ -10,7 +10,9 @@ computes it), concurrency and which term binds -- formulas in `hetcompile.perf.a
 
 d runs from the least depth that fits the model to one more (deeper same-type chains only add KV
 and hop latency); measured profiles (`profiles:` in the spec) add or override shapes and their
-h_{c,w} (seed 003 App. C/L: one-time profiling), and mark the estimate `measured`.
+h_{c,w} (seed 003 App. C/L: one-time profiling), and mark the estimate `measured`; fitted step-time
+coefficients (`hetcompile profile`, perf/fit.py) replace the shape's step model and everything
+derived from it. A profile with no numbers is a spec error (lower.py), never a `measured` label.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hetcompile.ir.problem import MeasuredShape, Offer, PerfEntry, Problem, Shap
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.perf import analytic
 from hetcompile.perf.capacity import chain_capacity, slo_capacity
+from hetcompile.perf.stepmodel import LayerCost, ReplicaModel
 
 EXTRA_DEPTH = 1
 
@@ -58,13 +61,19 @@ def estimate_shape(ir: Problem, model: str, offer: Offer, entry: PerfEntry, part
     stages = [(gpu, entry.tp, k, kv[i]) for i, k in enumerate(partition)]
     lat, bw = _intra_link(ir, offer.region)
     rm = analytic.replica_model(m.arch, m.dtype_bytes, stages, lat, bw, ir.engine.max_num_seqs)
+    return ShapeEstimate(kv_capacity_tokens=int(min(kv)), source="analytic", **workload_estimates(ir, model, rm))
+
+
+def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
+    """Per-workload capacity of one replica model: chain_capacity, or slo_capacity when the workload
+    has SLOs (the SLO caps the load; 0 excludes the shape for that workload). The analytic and the
+    fitted step model both come through here, so a measured profile is SLO-capped too."""
     rps, conc, bind, ttft, tpot = [], [], [], [], []
     pre = dec = 0.0
     for w in (w for w in ir.workloads if w.model == model):
-        est = chain_capacity(rm, w.input_tokens, w.output_tokens)
-        pre, dec = max(pre, est.prefill_tokens_per_s), max(dec, est.decode_tokens_per_s)
+        e = chain_capacity(rm, w.input_tokens, w.output_tokens)
+        pre, dec = max(pre, e.prefill_tokens_per_s), max(dec, e.decode_tokens_per_s)
         if w.ttft_slo is not None or w.tpot_slo is not None:
-            # the SLO caps the load (perf/capacity.py slo_capacity); 0 excludes the shape for w
             slo = slo_capacity(rm, w.input_tokens, w.output_tokens, w.ttft_slo, w.tpot_slo)
             rps.append((w.name, slo.requests_per_s))
             conc.append((w.name, slo.concurrency))
@@ -72,29 +81,50 @@ def estimate_shape(ir: Problem, model: str, offer: Offer, entry: PerfEntry, part
             ttft.append((w.name, slo.ttft_s))
             tpot.append((w.name, slo.tpot_s))
             continue
-        rps.append((w.name, est.requests_per_s))
-        conc.append((w.name, est.concurrency))
-        bind.append((w.name, est.binding))
-        ttft.append((w.name, est.ttft_s))
-        tpot.append((w.name, est.tpot_s))
-    return ShapeEstimate(
-        kv_capacity_tokens=int(min(kv)), prefill_tokens_per_s=pre, decode_tokens_per_s=dec, throughput_rps=tuple(rps),
-        concurrency=tuple(conc), binding=tuple(bind), ttft_s=tuple(ttft), tpot_s=tuple(tpot), source="analytic",
-        step_model=rm,
-    )
+        rps.append((w.name, e.requests_per_s))
+        conc.append((w.name, e.concurrency))
+        bind.append((w.name, e.binding))
+        ttft.append((w.name, e.ttft_s))
+        tpot.append((w.name, e.tpot_s))
+    return {
+        "throughput_rps": tuple(rps), "concurrency": tuple(conc), "binding": tuple(bind), "ttft_s": tuple(ttft),
+        "tpot_s": tuple(tpot), "prefill_tokens_per_s": pre, "decode_tokens_per_s": dec, "step_model": rm,
+    }
 
 
-def apply_measured(est: ShapeEstimate, meas: MeasuredShape) -> ShapeEstimate:
-    """Measured numbers replace the analytic ones they cover; the rest stays analytic."""
+def fitted_model(rm: ReplicaModel, coeff: dict[str, float], kv_tokens: int | None) -> ReplicaModel:
+    """The analytic step model with the fitted linear one (perf/fit.py) in its place: o becomes the
+    step overhead; c and k are spread over the layers, c as the per-token term that sits outside the
+    roofline's max (comm_s_per_token, linear like the fit) and k as the KV read term, with the
+    weights and compute terms at zero (the memory-bound special case of perf/stepmodel.py)."""
+    layers = sum(st.layers for st in rm.stages)
+    cost = LayerCost(weights_s=0.0, kv_s_per_token=coeff["per_kv_token_s"] / layers, flop_s_per_token=0.0,
+                     attn_s_per_pair=0.0, comm_s_per_token=coeff["per_token_s"] / layers, comm_s=0.0)
+    stages = tuple(st.model_copy(update={"cost": cost, "kv_tokens": float(kv_tokens or st.kv_tokens)}) for st in rm.stages)
+    return rm.model_copy(update={"stages": stages, "step_overhead_s": coeff["step_s"],
+                                 "request_overhead_s": coeff.get("request_s", 0.0), "source": "fitted"})
+
+
+def apply_measured(ir: Problem, model: str, est: ShapeEstimate, meas: MeasuredShape) -> ShapeEstimate:
+    """Measured numbers replace the analytic ones they cover; the rest stays analytic. Fitted
+    coefficients replace the step model first, and every estimate derived from it. A measured
+    throughput of a workload with SLOs is its capacity unconstrained, so it never raises the
+    SLO-capped one."""
+    if meas.coefficients and est.step_model is not None:
+        rm = fitted_model(est.step_model, dict(meas.coefficients), meas.kv_capacity_tokens)
+        est = est.model_copy(update={"kv_capacity_tokens": int(rm.kv_capacity_tokens), **workload_estimates(ir, model, rm)})
     measured = dict(meas.throughput)
-    rps = tuple((w, measured.get(w, v)) for w, v in est.throughput_rps)
+    slo = {w.name for w in ir.workloads if w.ttft_slo is not None or w.tpot_slo is not None}
+    # the measured number wins unless the workload's SLO caps the replica below it
+    wins = {w for w, v in est.throughput_rps if w in measured and not (w in slo and v < measured[w])}
+    rps = tuple((w, measured[w] if w in wins else v) for w, v in est.throughput_rps)
     return est.model_copy(
         update={
             "throughput_rps": rps,
             "kv_capacity_tokens": meas.kv_capacity_tokens or est.kv_capacity_tokens,
             "prefill_tokens_per_s": meas.prefill_tokens_per_s or est.prefill_tokens_per_s,
             "decode_tokens_per_s": meas.decode_tokens_per_s or est.decode_tokens_per_s,
-            "binding": tuple((w, "measured" if w in measured else b) for w, b in est.binding),
+            "binding": tuple((w, "measured" if w in wins else b) for w, b in est.binding),
             "source": "measured",
         }
     )
@@ -130,7 +160,7 @@ def enumerate_shapes(ir: Problem, table: tuple[PerfEntry, ...]) -> tuple[Shape, 
                         part = even_partition(L, d)
                     est = estimate_shape(ir, m.name, o, e, part)
                     if d in measured:
-                        est = apply_measured(est, measured[d])
+                        est = apply_measured(ir, m.name, est, measured[d])
                     sid = f"{m.name}|{o.id}|tp{t}|pp{d}"
                     for cid, cest in slo_copies(ir, m.name, sid, est):
                         shapes[cid] = Shape(

@@ -1,0 +1,77 @@
+"""The simulator against the analytic capacity (perf/capacity.py) at saturation, per example plan.
+
+For every replica shape of a plan (its step model) and every workload it serves, one replica is
+offered Poisson arrivals of that workload alone at 1.3x the formula's h_{c,w}, for 12 request
+lifetimes (TTFT + O x TPOT of the formula); completions per second after the first 30% are the
+simulated capacity. Shared by tests/test_simulate.py and bench/simulate_capacity.py.
+
+`fluid=True` replays the formula's own assumptions, to check the simulator's mechanics apart from
+them: the KV cache holds C sequences at full length (no preemption) and the step budget is
+b (1 + I/O) tokens, so every engine step carries its even share of prompt tokens as the formula's
+steady state does. By default the replica is as the plan has it (vLLM's chunked prefill: a whole
+chunk of up to `chunk_tokens` in one step, and recompute preemption when the KV cache is full).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from hetcompile.ir.plan import PlanDoc
+from hetcompile.perf.capacity import chain_capacity
+from hetcompile.perf.stepmodel import ReplicaModel
+from hetcompile.simulate.run import saturation_throughput
+
+OVERLOAD = 1.3
+LIFETIMES = 12
+
+
+@dataclass(frozen=True)
+class CapacityCase:
+    plan: str
+    replica: str
+    workload: str
+    pp: int
+    binding: str
+    formula_rps: float
+    simulated_rps: float
+
+    @property
+    def ratio(self) -> float:
+        return self.simulated_rps / self.formula_rps
+
+
+def fluid_model(rm: ReplicaModel, input_tokens: int, output_tokens: int) -> ReplicaModel:
+    """`rm` under the formula's assumptions (module docstring)."""
+    C = int(chain_capacity(rm, input_tokens, output_tokens).concurrency)
+    budget = max(1, math.ceil(C / rm.depth * (1.0 + input_tokens / output_tokens)))
+    stages = tuple(st.model_copy(update={"kv_tokens": 1e12}) for st in rm.stages)
+    return rm.model_copy(update={"stages": stages, "max_num_seqs": max(C, 1), "chunk_tokens": budget})
+
+
+def capacity_cases(plan: PlanDoc, seed: int = 0, fluid: bool = False) -> list[CapacityCase]:
+    out: list[CapacityCase] = []
+    seen: set[tuple[str, str]] = set()
+    for r in sorted(plan.replicas, key=lambda r: r.id):
+        rm = r.step_model
+        if rm is None:
+            continue
+        for w in sorted(plan.workloads, key=lambda w: w.name):
+            key = (rm.model_dump_json(), w.name)
+            if w.name not in r.workloads or key in seen:
+                continue
+            seen.add(key)
+            I, O = max(1, round(w.input_tokens)), max(1, round(w.output_tokens))
+            if fluid:
+                rm = fluid_model(r.step_model, I, O)
+            est = chain_capacity(rm, I, O)
+            duration = LIFETIMES * (est.ttft_s + O * est.tpot_s)
+            sim = saturation_throughput(rm, I, O, OVERLOAD * est.requests_per_s, duration, seed)
+            out.append(CapacityCase(plan.plan, r.id, w.name, rm.depth, est.binding, est.requests_per_s, sim))
+            rm = r.step_model
+    return out
+
+
+def example_plans(golden: Path) -> list[Path]:
+    return sorted(p for p in Path(golden).glob("*/plan.json"))

@@ -1,0 +1,282 @@
+"""A discrete-event model of one vLLM replica: continuous batching over the step-time model.
+
+What a replica does, as vLLM's V1 scheduler does it (and as perf/capacity.py assumes on average):
+
+- admission: FIFO from the waiting queue while fewer than `max_num_seqs` sequences run and the
+  KV cache (`kv_capacity_tokens`, the minimum over stages) has room for the sequence's current
+  length; a sequence then grows by one KV token per output token;
+- an engine step = one micro-batch: decode sequences first (one token each), then prompt chunks
+  in admission order until the chunked-prefill budget (`chunk_tokens` tokens per step) is spent;
+  the step that finishes a prompt samples its first output token (that instant is its TTFT);
+- KV full while a decode sequence grows: the most recently admitted sequence that is not in
+  flight is preempted (recompute: its KV is freed, it goes back to the head of the queue and its
+  prompt plus the tokens it generated are prefilled again), as vLLM's default preemption does;
+- pipeline parallelism: up to d = len(stages) micro-batches in flight; a batch occupies stage i
+  for t_i (stepmodel.ReplicaModel.stage_times) and crosses hop i before stage i+1; stages serve
+  batches in order; a sequence is in at most one batch at a time, and a micro-batch takes at most
+  ceil(running / d) sequences so the d batches stay balanced (b = C / d in capacity.py).
+
+Everything is deterministic: no randomness here, ties broken by event sequence numbers.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from hetcompile.perf.stepmodel import ReplicaModel
+
+
+@dataclass
+class Request:
+    id: int
+    workload: str
+    arrival: float
+    input_tokens: int
+    output_tokens: int
+    replica: str = ""
+    generated: int = 0
+    prefilled: int = 0  # tokens of the current prefill target computed so far
+    prefill_target: int = 0  # input_tokens (+ generated after a preemption)
+    kv: int = 0  # KV tokens held
+    in_flight: bool = False
+    first_token: float | None = None
+    finish: float | None = None
+    preemptions: int = 0
+
+
+@dataclass
+class _Batch:
+    decode: list[Request]
+    prefill: list[tuple[Request, int]]
+    tokens: int
+
+
+@dataclass
+class ReplicaSim:
+    """One replica's queues and pipeline; `Simulation` drives it through a shared event heap."""
+
+    id: str
+    model: ReplicaModel
+    waiting: deque = field(default_factory=deque)
+    running: list = field(default_factory=list)
+    kv_used: int = 0
+    in_flight: int = 0
+    stage_free: list = field(default_factory=list)
+    stage0_busy_until: float = 0.0
+    # counters for the report
+    completed: int = 0
+    preemptions: int = 0
+    steps: int = 0
+    step_tokens: int = 0
+    busy_s: float = 0.0  # slowest stage's busy time of the steps launched before `measure_until`
+    measure_until: float = float("inf")
+
+    def __post_init__(self) -> None:
+        self.stage_free = [0.0] * self.model.depth
+        self.kv_capacity = int(self.model.kv_capacity_tokens)
+
+    # -- admission and batch formation ------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.model.max_num_seqs:
+            r = self.waiting[0]
+            need = r.prefill_target + 1
+            if self.kv_used + need > self.kv_capacity:
+                if not self.running and need > self.kv_capacity:
+                    raise ValueError(
+                        f"replica {self.id}: a request of {need} tokens does not fit its KV cache of {self.kv_capacity} tokens"
+                    )
+                return
+            self.waiting.popleft()
+            r.kv = need
+            self.kv_used += need
+            self.running.append(r)
+
+    def _preempt_one(self, keep: set[int]) -> bool:
+        for r in reversed(self.running):
+            if not r.in_flight and r.id not in keep:
+                self.running.remove(r)
+                self.kv_used -= r.kv
+                r.kv, r.prefilled = 0, 0
+                r.prefill_target = r.input_tokens + r.generated
+                r.preemptions += 1
+                self.preemptions += 1
+                self.waiting.appendleft(r)
+                return True
+        return False
+
+    def form_batch(self) -> _Batch | None:
+        self._admit()
+        d = self.model.depth
+        cap = max(1, math.ceil(len(self.running) / d))
+        budget = self.model.chunk_tokens
+        decode: list[Request] = []
+        chosen: set[int] = set()
+        for r in list(self.running):
+            if len(decode) >= cap or budget <= 0:
+                break
+            if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target:
+                continue
+            # the token this step writes needs a KV slot; make room by preempting the newest
+            while self.kv_used + 1 > self.kv_capacity:
+                if not self._preempt_one(chosen | {r.id}):
+                    break
+            if self.kv_used + 1 > self.kv_capacity:
+                continue
+            if r.kv == 0:  # preempted while making room
+                continue
+            r.kv += 1
+            self.kv_used += 1
+            decode.append(r)
+            chosen.add(r.id)
+            budget -= 1
+        prefill: list[tuple[Request, int]] = []
+        for r in self.running:
+            if len(decode) + len(prefill) >= cap or budget <= 0:
+                break
+            if r.in_flight or r.id in chosen or r.prefilled >= r.prefill_target:
+                continue
+            n = min(budget, r.prefill_target - r.prefilled)
+            prefill.append((r, n))
+            budget -= n
+        if not decode and not prefill:
+            return None
+        for r in decode:
+            r.in_flight = True
+        for r, _ in prefill:
+            r.in_flight = True
+        return _Batch(decode, prefill, len(decode) + sum(n for _, n in prefill))
+
+    # -- timing -----------------------------------------------------------------------------------
+
+    def step_cost(self, batch: _Batch) -> tuple[list[float], list[float]]:
+        """(t_i per stage, hop seconds after stage i) for this batch: perf/stepmodel.py's roofline with
+        n tokens, S context tokens read (decode contexts and the prompt so far of each chunk) and A
+        attention pairs (each decode token over its context, each chunk causally over its prompt)."""
+        S = 0.0
+        A = 0.0
+        for r in batch.decode:
+            ctx = r.input_tokens + r.generated
+            S += ctx
+            A += ctx
+        for r, n in batch.prefill:
+            S += r.prefilled
+            A += n * r.prefilled + n * n / 2.0
+        times = self.model.stage_times(float(batch.tokens), S, A)
+        hops = [h.latency_s + batch.tokens * self.model.activation_bytes / h.bandwidth for h in self.model.hops]
+        return times, hops
+
+    def launch(self, now: float, batch: _Batch) -> tuple[float, float]:
+        """Put `batch` into the pipeline at `now`; returns (stage 0 frees, batch leaves the last stage)."""
+        times, hops = self.step_cost(batch)
+        t = now
+        stage0_end = now
+        for i, ti in enumerate(times):
+            start = max(t, self.stage_free[i])
+            end = start + ti
+            self.stage_free[i] = end
+            if i == 0:
+                stage0_end = end
+            t = end + (hops[i] if i < len(hops) else 0.0)
+        self.in_flight += 1
+        self.steps += 1
+        self.step_tokens += batch.tokens
+        if now < self.measure_until:
+            self.busy_s += max(times)
+        return stage0_end, self.stage_free[-1]
+
+    def complete(self, now: float, batch: _Batch) -> list[Request]:
+        """Apply a finished step; returns the requests that finished with it."""
+        self.in_flight -= 1
+        done: list[Request] = []
+        for r in batch.decode:
+            r.in_flight = False
+            r.generated += 1
+            if r.generated >= r.output_tokens:
+                done.append(r)
+        for r, n in batch.prefill:
+            r.in_flight = False
+            r.prefilled += n
+            if r.prefilled >= r.prefill_target:
+                r.generated += 1  # the step that completes a prompt samples the next token
+                if r.first_token is None:
+                    r.first_token = now
+                if r.generated >= r.output_tokens:
+                    done.append(r)
+        for r in done:
+            r.finish = now
+            self.running.remove(r)
+            self.kv_used -= r.kv
+            r.kv = 0
+            self.completed += 1
+        return done
+
+
+class EventLoop:
+    """A heap of (time, sequence, callback); the sequence number makes equal times deterministic."""
+
+    def __init__(self) -> None:
+        self.heap: list = []
+        self.seq = 0
+        self.now = 0.0
+
+    def at(self, t: float, fn, *args) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, fn, args))
+
+    def run(self, until: float, stop=None) -> None:
+        while self.heap and self.heap[0][0] <= until:
+            t, _, fn, args = heapq.heappop(self.heap)
+            self.now = t
+            fn(*args)
+            if stop is not None and stop():
+                return
+        self.now = max(self.now, until) if not self.heap else self.now
+
+
+class Driver:
+    """Runs replicas on an event loop: `submit` a request to a replica; steps launch whenever stage 0
+    is free and fewer than d batches are in flight."""
+
+    def __init__(self, replicas: list[ReplicaSim], on_done=None) -> None:
+        self.loop = EventLoop()
+        self.replicas = {r.id: r for r in replicas}
+        self.on_done = on_done
+        self._pending: set[str] = set()
+
+    def submit(self, replica: str, req: Request) -> None:
+        rep = self.replicas[replica]
+        req.replica = replica
+        req.prefill_target = req.input_tokens
+        rep.waiting.append(req)
+        self._kick(rep)
+
+    def _kick(self, rep: ReplicaSim) -> None:
+        if rep.id in self._pending:
+            return
+        now = self.loop.now
+        if rep.in_flight >= rep.model.depth or rep.stage0_busy_until > now:
+            return
+        batch = rep.form_batch()
+        if batch is None:
+            return
+        stage0_end, end = rep.launch(now, batch)
+        rep.stage0_busy_until = stage0_end
+        self.loop.at(end, self._done, rep, batch)
+        if rep.model.depth > 1:
+            self._pending.add(rep.id)
+            self.loop.at(stage0_end, self._stage0_free, rep)
+
+    def _stage0_free(self, rep: ReplicaSim) -> None:
+        self._pending.discard(rep.id)
+        self._kick(rep)
+
+    def _done(self, rep: ReplicaSim, batch: _Batch) -> None:
+        finished = rep.complete(self.loop.now, batch)
+        if self.on_done is not None:
+            for r in finished:
+                self.on_done(r)
+        self._kick(rep)

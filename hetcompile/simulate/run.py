@@ -1,0 +1,219 @@
+"""Replay arrivals through a plan: routing by the plan's weights, each replica an engine model.
+
+Arrivals are either Poisson per workload at `load` x the plan's served rate (theta * lambda_w),
+with every request of a workload at its mean prompt and output lengths, or a JSONL trace, one
+request a line: {"t": seconds, "workload": name, "input_tokens": n, "output_tokens": n} (the
+lengths default to the workload's means). A request goes to a replica by the router's `weighted`
+policy (hetcompile.router.policies.SmoothWRR over the plan's routing weights for its workload).
+
+Measurement: arrivals cover [0, duration]; those before `warmup` (10% of duration) warm the
+queues up and are not counted. Throughput is completions per second inside [warmup, duration];
+latencies and SLO attainment are over the requests that arrived inside the window, after the
+queues drain (at most `drain` x duration more; whatever is left then is counted as a miss).
+Seeded: the same plan, arrivals and seed give the same simulation.json bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hetcompile.ir.errors import HetcompileError
+from hetcompile.ir.plan import PlanDoc
+from hetcompile.router.policies import SmoothWRR
+from hetcompile.simulate.doc import Percentiles, ReplicaResult, SimulationDoc, WorkloadResult
+from hetcompile.simulate.engine import Driver, ReplicaSim, Request
+
+WARMUP_FRACTION = 0.1
+DRAIN_FACTOR = 1.0
+
+
+class SimulationError(HetcompileError):
+    kind = "simulation error"
+
+
+@dataclass(frozen=True)
+class Arrival:
+    t: float
+    workload: str
+    input_tokens: int
+    output_tokens: int
+
+
+def poisson_arrivals(plan: PlanDoc, duration: float, seed: int, load: float = 1.0) -> list[Arrival]:
+    """Poisson arrivals per workload at load x served_requests_per_s; one seeded stream per workload
+    (workloads in name order), so adding a workload does not move the others' arrivals."""
+    out: list[Arrival] = []
+    for k, w in enumerate(sorted(plan.workloads, key=lambda w: w.name)):
+        rate = w.served_requests_per_s * load
+        if rate <= 0:
+            continue
+        rng = np.random.default_rng([seed, k])
+        t = 0.0
+        # draw in blocks: exponential gaps until past the duration
+        while True:
+            gaps = rng.exponential(1.0 / rate, size=max(16, int(rate * duration * 0.1) + 16))
+            for g in gaps:
+                t += float(g)
+                if t > duration:
+                    break
+                out.append(Arrival(t, w.name, max(1, round(w.input_tokens)), max(1, round(w.output_tokens))))
+            if t > duration:
+                break
+    out.sort(key=lambda a: (a.t, a.workload))
+    return out
+
+
+def trace_arrivals(plan: PlanDoc, path: Path) -> list[Arrival]:
+    """A JSONL trace (module docstring); errors name the line."""
+    by_name = {w.name: w for w in plan.workloads}
+    out: list[Arrival] = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise SimulationError(f"cannot read trace {str(path)!r}: {exc.strerror or exc}") from None
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{i}"
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise SimulationError(f"{where}: not JSON: {exc}") from None
+        if not isinstance(rec, dict) or "t" not in rec or "workload" not in rec:
+            raise SimulationError(f"{where}: each line needs 't' (seconds) and 'workload'")
+        w = by_name.get(rec["workload"])
+        if w is None:
+            from hetcompile.ir.errors import did_you_mean
+
+            guess = did_you_mean(str(rec["workload"]), sorted(by_name))
+            raise SimulationError(f"{where}: unknown workload {rec['workload']!r}" + (f"; did you mean {guess!r}?" if guess else ""))
+        try:
+            t = float(rec["t"])
+            inp = int(rec.get("input_tokens", round(w.input_tokens)))
+            outp = int(rec.get("output_tokens", round(w.output_tokens)))
+        except (TypeError, ValueError):
+            raise SimulationError(f"{where}: t, input_tokens and output_tokens must be numbers") from None
+        if t < 0 or inp < 1 or outp < 1:
+            raise SimulationError(f"{where}: t must be >= 0 and token counts >= 1")
+        out.append(Arrival(t, w.name, inp, outp))
+    out.sort(key=lambda a: (a.t, a.workload))
+    return out
+
+
+def _pct(values: list[float]) -> Percentiles:
+    if not values:
+        return Percentiles()
+    a = np.asarray(values)
+    return Percentiles(p50=float(np.percentile(a, 50)), p99=float(np.percentile(a, 99)))
+
+
+def replica_sims(plan: PlanDoc) -> list[ReplicaSim]:
+    sims = []
+    for r in plan.replicas:
+        if r.step_model is None:
+            raise SimulationError(
+                f"replica {r.id} has no step model (a mixed pipeline placed from layer profiles); the simulator cannot replay it",
+                hint="simulate plans whose replicas carry `step_model` in plan.json",
+            )
+        sims.append(ReplicaSim(r.id, r.step_model))
+    return sims
+
+
+def simulate(plan: PlanDoc, arrivals: list[Arrival], duration: float, *, seed: int = 0, load: float = 1.0,
+             arrivals_name: str = "poisson", warmup: float | None = None) -> SimulationDoc:
+    warmup = duration * WARMUP_FRACTION if warmup is None else warmup
+    sims = replica_sims(plan)
+    for s in sims:
+        s.measure_until = duration
+    ids = [s.id for s in sims]
+    pickers: dict[str, tuple[SmoothWRR, list[str]]] = {}
+    for w, weights in plan.routing.items():
+        reps = sorted((r for r, x in weights.items() if x > 0 and r in ids))
+        if reps:
+            pickers[w] = (SmoothWRR([weights[r] for r in reps]), reps)
+    driver = Driver(sims)
+    requests: list[Request] = []
+    unrouted = sorted({a.workload for a in arrivals if a.workload not in pickers})
+    if unrouted:
+        raise SimulationError(f"the plan routes no replica for workload(s) {', '.join(unrouted)}")
+
+    def arrive(a: Arrival) -> None:
+        picker, reps = pickers[a.workload]
+        rep = reps[picker.pick(range(len(reps)))]
+        req = Request(len(requests), a.workload, a.t, a.input_tokens, a.output_tokens)
+        requests.append(req)
+        driver.submit(rep, req)
+
+    for a in arrivals:
+        if a.t <= duration:
+            driver.loop.at(a.t, arrive, a)
+    total = sum(1 for a in arrivals if a.t <= duration)
+    finished = [0]
+    driver.on_done = lambda r: finished.__setitem__(0, finished[0] + 1)
+    driver.loop.run(duration * (1.0 + DRAIN_FACTOR), stop=lambda: finished[0] >= total)
+
+    window = max(duration - warmup, 1e-9)
+    results = []
+    for w in sorted(plan.workloads, key=lambda w: w.name):
+        mine = [r for r in requests if r.workload == w.name]
+        inside = [r for r in mine if warmup <= r.arrival <= duration]
+        done_in_window = [r for r in mine if r.finish is not None and warmup <= r.finish <= duration]
+        ttft = [r.first_token - r.arrival for r in inside if r.first_token is not None]
+        tpot = [(r.finish - r.first_token) / (r.output_tokens - 1) for r in inside
+                if r.finish is not None and r.output_tokens > 1]
+        slo = w.slo
+        att = None
+        if slo is not None and (slo.ttft_s is not None or slo.tpot_s is not None):
+            ok = 0
+            for r in inside:
+                if r.finish is None:
+                    continue
+                if slo.ttft_s is not None and r.first_token - r.arrival > slo.ttft_s:
+                    continue
+                if slo.tpot_s is not None and r.output_tokens > 1 and (r.finish - r.first_token) / (r.output_tokens - 1) > slo.tpot_s:
+                    continue
+                ok += 1
+            att = ok / len(inside) if inside else None
+        results.append(WorkloadResult(
+            name=w.name, planned_requests_per_s=w.served_requests_per_s,
+            offered_requests_per_s=len(inside) / window, arrived=len(inside),
+            completed=sum(1 for r in inside if r.finish is not None),
+            throughput_requests_per_s=len(done_in_window) / window,
+            output_tokens_per_s=sum(r.output_tokens for r in done_in_window) / window,
+            ttft_s=_pct(ttft), tpot_s=_pct(tpot),
+            slo_ttft_s=slo.ttft_s if slo else None, slo_tpot_s=slo.tpot_s if slo else None, slo_attainment=att,
+        ))
+    reps = [ReplicaResult(id=s.id, completed=s.completed, preemptions=s.preemptions, steps=s.steps,
+                          mean_step_tokens=s.step_tokens / s.steps if s.steps else 0.0,
+                          utilization=min(1.0, s.busy_s / duration)) for s in sims]
+    return SimulationDoc(
+        plan=plan.plan, spec_hash=plan.spec_hash, arrivals=arrivals_name, load=load, seed=seed, policy="weighted",
+        duration_s=duration, warmup_s=warmup, workloads=tuple(results), replicas=tuple(reps),
+        unfinished=sum(1 for r in requests if r.finish is None),
+    )
+
+
+def saturation_throughput(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0) -> float:
+    """Requests/s one replica completes under Poisson arrivals at `rate` (above its capacity) for
+    one workload alone: the simulator's side of the capacity check (perf/capacity.py's h_{c,w})."""
+    sim = ReplicaSim("r", rm)
+    driver = Driver([sim])
+    rng = np.random.default_rng(seed)
+    t, n = 0.0, 0
+    warmup = duration * 0.3
+    finishes: list[float] = []
+    driver.on_done = lambda r: finishes.append(r.finish)
+    while True:
+        t += float(rng.exponential(1.0 / rate))
+        if t > duration:
+            break
+        req = Request(n, "w", t, input_tokens, output_tokens)
+        n += 1
+        driver.loop.at(t, driver.submit, "r", req)
+    driver.loop.run(duration)
+    return sum(1 for f in finishes if warmup <= f <= duration) / (duration - warmup)
+

@@ -1,0 +1,229 @@
+"""The plan simulator: determinism, traces, KV limits and preemption, pipelines, the CLI and
+explain, and agreement with the analytic capacity at saturation (perf/capacity.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from hetcompile.cli import app
+from hetcompile.ir.plan_io import read_plan_doc
+from hetcompile.perf.capacity import chain_capacity, decode_rate
+from hetcompile.perf.stepmodel import Hop, LayerCost, ReplicaModel, StageModel
+from hetcompile.simulate import SimulationError, poisson_arrivals, simulate, trace_arrivals
+from hetcompile.simulate.capacity_check import capacity_cases
+from hetcompile.simulate.engine import Driver, ReplicaSim, Request
+from hetcompile.simulate.run import saturation_throughput
+
+GOLDEN = ROOT / "tests" / "golden"
+TINY = GOLDEN / "tiny-cpu" / "plan.json"
+COST = LayerCost(weights_s=1e-3, kv_s_per_token=1e-8, flop_s_per_token=2e-6, attn_s_per_pair=1e-10)
+
+
+def _rm(kv: float = 1e6, max_num_seqs: int = 32, depth: int = 1, layers: int = 8, hop: float = 0.0) -> ReplicaModel:
+    per = layers // depth
+    return ReplicaModel(
+        stages=tuple(StageModel(gpu="X", tp=1, layers=per, kv_tokens=kv, cost=COST) for _ in range(depth)),
+        hops=tuple(Hop(latency_s=hop, bandwidth=1e12) for _ in range(depth - 1)),
+        step_overhead_s=0.002, max_num_seqs=max_num_seqs, chunk_tokens=512,
+    )
+
+
+def test_same_seed_same_bytes_other_seed_differs() -> None:
+    plan = read_plan_doc(TINY)
+    a = simulate(plan, poisson_arrivals(plan, 5.0, 7), 5.0, seed=7).model_dump_json()
+    b = simulate(plan, poisson_arrivals(plan, 5.0, 7), 5.0, seed=7).model_dump_json()
+    c = simulate(plan, poisson_arrivals(plan, 5.0, 8), 5.0, seed=8).model_dump_json()
+    assert a == b and a != c
+
+
+def test_poisson_rate_and_routing_weights() -> None:
+    plan = read_plan_doc(TINY)
+    doc = simulate(plan, poisson_arrivals(plan, 20.0, 1, load=0.5), 20.0, seed=1, load=0.5)
+    for w in doc.workloads:
+        # below capacity every request completes and throughput follows the offered rate
+        assert w.offered_requests_per_s == pytest.approx(0.5 * w.planned_requests_per_s, rel=0.05)
+        assert w.completed == w.arrived
+        assert w.throughput_requests_per_s == pytest.approx(w.offered_requests_per_s, rel=0.05)
+        assert w.ttft_s.p50 is not None and w.ttft_s.p50 <= w.ttft_s.p99
+    counts = [r.completed for r in doc.replicas]
+    assert abs(counts[0] - counts[1]) <= 2  # weights 0.5 / 0.5, smooth WRR interleaves
+    assert doc.unfinished == 0
+
+
+def test_trace_arrivals_and_errors(tmp_path: Path) -> None:
+    plan = read_plan_doc(TINY)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"t": 0.5, "workload": "short"}\n\n{"t": 0.1, "workload": "long", "output_tokens": 3}\n')
+    arr = trace_arrivals(plan, trace)
+    assert [(a.workload, a.output_tokens) for a in arr] == [("long", 3), ("short", 16)]
+    doc = simulate(plan, arr, 1.0, arrivals_name="t.jsonl", warmup=0.0)
+    assert sum(w.completed for w in doc.workloads) == 2
+    trace.write_text('{"t": 0.5, "workload": "shrot"}\n')
+    with pytest.raises(SimulationError, match=r"t.jsonl:1: unknown workload 'shrot'; did you mean 'short'"):
+        trace_arrivals(plan, trace)
+    trace.write_text('{"t": 0.5}\n')
+    with pytest.raises(SimulationError, match=r":1: each line needs 't'"):
+        trace_arrivals(plan, trace)
+
+
+def test_kv_full_preempts_and_everything_still_completes() -> None:
+    rm = _rm(kv=600, max_num_seqs=32)
+    sim = ReplicaSim("r", rm)
+    driver = Driver([sim])
+    done = []
+    driver.on_done = done.append
+    peak = {"running": 0, "kv": 0}
+    orig = sim.form_batch
+
+    def form():
+        b = orig()
+        peak["running"] = max(peak["running"], len(sim.running))
+        peak["kv"] = max(peak["kv"], sim.kv_used)
+        return b
+
+    sim.form_batch = form
+    for i in range(20):
+        driver.loop.at(0.0, driver.submit, "r", Request(i, "w", 0.0, 50, 40))
+    driver.loop.run(1e6)
+    assert len(done) == 20 and sim.kv_used == 0 and not sim.running
+    assert sim.preemptions > 0  # 20 x 90 tokens cannot all fit 600
+    assert peak["kv"] <= 600 and peak["running"] <= 32
+    assert all(r.generated == 40 for r in done)
+
+
+def test_max_num_seqs_caps_concurrency() -> None:
+    sim = ReplicaSim("r", _rm(max_num_seqs=4))
+    driver = Driver([sim])
+    seen = []
+    orig = sim.form_batch
+    sim.form_batch = lambda: (seen.append(len(sim.running)), orig())[1]
+    for i in range(10):
+        driver.loop.at(0.0, driver.submit, "r", Request(i, "w", 0.0, 8, 8))
+    driver.loop.run(1e6)
+    assert max(seen) == 4 and sim.completed == 10
+
+
+def test_request_larger_than_kv_is_an_error() -> None:
+    sim = ReplicaSim("r", _rm(kv=10))
+    driver = Driver([sim])
+    with pytest.raises(ValueError, match="does not fit its KV cache of 10 tokens"):
+        driver.submit("r", Request(0, "w", 0.0, 50, 4))
+
+
+@pytest.mark.parametrize("hop", [0.0, 0.02])
+def test_pipeline_matches_formula_decode_bound(hop: float) -> None:
+    """Two stages, d micro-batches in flight: the slowest stage binds (hop 0) or the round trip
+    does (20 ms hops, "depth"); with I = 1 the formula's steady state is exact; within 5%."""
+    rm = _rm(depth=2, max_num_seqs=64, hop=hop)
+    est = chain_capacity(rm, 1, 64)
+    assert decode_rate(rm, est.concurrency, 1, 64)[1] == (hop == 0)  # which term of X binds
+    sim = ReplicaSim("r", rm)
+    driver = Driver([sim])
+    peak = [0]
+    orig = sim.launch
+    sim.launch = lambda now, b: (peak.__setitem__(0, max(peak[0], sim.in_flight + 1)), orig(now, b))[1]
+    done = []
+    driver.on_done = lambda r: done.append(r.finish)
+    for i in range(400):
+        driver.loop.at(0.0, driver.submit, "r", Request(i, "w", 0.0, 1, 64))
+    driver.loop.run(1e6)
+    assert peak[0] == 2
+    # completions per second while the replica is full (the middle of the run)
+    done.sort()
+    mid = done[100:300]
+    rate = (len(mid) - 1) / (mid[-1] - mid[0])
+    assert rate / est.requests_per_s == pytest.approx(1.0, abs=0.05)
+
+
+def test_decode_bound_replica_matches_formula() -> None:
+    """No prompts to speak of (I = 1): the formula's steady state is exact; within 5%."""
+    rm = _rm(max_num_seqs=16)
+    est = chain_capacity(rm, 1, 64)
+    sim = saturation_throughput(rm, 1, 64, 1.3 * est.requests_per_s, 30.0)
+    assert sim / est.requests_per_s == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.parametrize("example", ["tiny-cpu", "cost-efficiency-appc"])
+def test_simulated_capacity_within_10_percent(example: str) -> None:
+    cases = capacity_cases(read_plan_doc(GOLDEN / example / "plan.json"))
+    assert cases
+    for c in cases:
+        assert c.ratio == pytest.approx(1.0, abs=0.10), c
+
+
+@pytest.mark.parametrize("example", ["tiny-cpu", "cost-efficiency-appc", "quickstart", "three-regions", "llama70b-pp"])
+def test_simulated_capacity_within_10_percent_under_the_formulas_assumptions(example: str) -> None:
+    """Prefill spread evenly over the steps and no KV preemption (capacity_check.fluid_model): the
+    simulator's batching, pipelining and hops must then reproduce h_{c,w} within 10%."""
+    cases = capacity_cases(read_plan_doc(GOLDEN / example / "plan.json"), fluid=True)
+    assert cases
+    for c in cases:
+        assert c.ratio == pytest.approx(1.0, abs=0.10), c
+
+
+@pytest.mark.parametrize("example", ["quickstart", "three-regions", "llama70b-pp"])
+def test_formula_is_an_upper_bound_where_prefill_is_lumpy(example: str) -> None:
+    """The formula spreads every prompt evenly over the engine steps, so prefill rides for free in
+    memory-bound decode steps; vLLM (and the simulator) puts a whole chunk into one step, which
+    turns compute-bound. Known gap (bench/simulate_capacity.py prints it): sim/formula 0.45-0.9.
+    The simulator must never beat the formula by more than the tolerance."""
+    for c in capacity_cases(read_plan_doc(GOLDEN / example / "plan.json")):
+        assert 0.4 <= c.ratio <= 1.10, c
+
+
+def test_cli_writes_schema_valid_simulation_and_explain_shows_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plan.json").write_text(TINY.read_text())
+    runner = CliRunner()
+    res = runner.invoke(app, ["simulate", str(out), "--duration", "3s", "--seed", "2"])
+    assert res.exit_code == 0, res.output
+    assert "Simulation" in res.output and "short" in res.output
+    data = json.loads((out / "simulation.json").read_text())
+    schema = json.loads((ROOT / "schemas" / "simulation.schema.json").read_text())
+    jsonschema.validate(data, schema)
+    assert data["format"] == "hetcompile-simulation/1" and data["seed"] == 2
+    first = (out / "simulation.json").read_bytes()
+    assert runner.invoke(app, ["simulate", str(out), "--duration", "3s", "--seed", "2"]).exit_code == 0
+    assert (out / "simulation.json").read_bytes() == first
+    exp = runner.invoke(app, ["explain", str(out), "-f", "md"])
+    assert exp.exit_code == 0, exp.output
+    assert "## Simulation (simulation.json)" in exp.output and "| short |" in exp.output
+    text = runner.invoke(app, ["explain", str(out)])
+    assert text.exit_code == 0 and "Simulation (simulation.json)" in text.output
+    assert "Simulation" not in runner.invoke(app, ["explain", str(GOLDEN / "tiny-cpu")]).output
+
+
+def test_slo_attainment() -> None:
+    from hetcompile.ir.plan import Slo
+
+    plan = read_plan_doc(TINY)
+
+    def with_slo(slo: Slo):
+        wl = tuple(w.model_copy(update={"slo": slo}) for w in plan.workloads)
+        p = plan.model_copy(update={"workloads": wl})
+        return simulate(p, poisson_arrivals(p, 5.0, 0, load=0.5), 5.0, load=0.5)
+
+    loose = with_slo(Slo(ttft_s=10.0, tpot_s=1.0))
+    assert all(w.slo_attainment == 1.0 and w.slo_tpot_s == 1.0 for w in loose.workloads)
+    tight = with_slo(Slo(tpot_s=1e-4))  # below one engine step
+    assert all(w.slo_attainment == 0.0 for w in tight.workloads)
+    tpots = {w.name: w.tpot_s.p50 for w in loose.workloads}
+    mid = with_slo(Slo(tpot_s=tpots["short"]))  # the median: about half meet it
+    att = next(w.slo_attainment for w in mid.workloads if w.name == "short")
+    assert 0.3 <= att <= 0.8
+    assert all(w.slo_attainment is None for w in simulate(plan, poisson_arrivals(plan, 2.0, 0), 2.0).workloads)
+
+
+def test_cli_errors_are_clean(tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(app, ["simulate", str(GOLDEN / "helix-geo24"), "--duration", "3s"])
+    assert res.exit_code == 1 and "has no step model" in res.output
+    res = runner.invoke(app, ["simulate", str(GOLDEN / "tiny-cpu"), "--duration", "soon"])
+    assert res.exit_code == 1 and "cannot read 'soon' as a duration" in res.output
