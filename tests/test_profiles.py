@@ -43,20 +43,48 @@ def test_inline_profile_without_numbers_is_an_error(tmp_path: Path) -> None:
 def test_fitted_coefficients_replace_the_step_model(tmp_path: Path) -> None:
     lines = "\n".join(f"    {k}: {v}" for k, v in COEFF.items())
     spec = _spec(tmp_path, f"- model: tiny-llama\n  gpu: L4\n  tp: 1\n  coefficients:\n{lines}\n")
-    doc = plan_doc(compile_spec(spec).ir)
-    assert doc.replicas
-    for r in doc.replicas:
-        assert r.estimate_source == "measured"
-        rm = r.step_model
-        assert rm is not None and rm.source == "fitted" and rm.step_overhead_s == pytest.approx(COEFF["step_s"])
-        # one engine step of n tokens reading S context tokens costs o + c n + k S
-        n, S = 10.0, 1000.0
-        assert sum(rm.stage_times(n, S, 0.0)) == pytest.approx(COEFF["step_s"] + COEFF["per_token_s"] * n + COEFF["per_kv_token_s"] * S, rel=1e-4)
-        for w in doc.workloads:
-            est = chain_capacity(rm, w.input_tokens, w.output_tokens)
-            got = r.workloads[w.name]
-            assert got.capacity_requests_per_s == pytest.approx(est.requests_per_s, rel=1e-4)
-            assert got.ttft_s == pytest.approx(est.ttft_s + COEFF["request_s"], rel=1e-4)
+    ir = compile_spec(spec).ir
+    shapes = {s.pp: s for s in ir.shapes}
+    est = shapes[1].estimate
+    assert est.source == "measured"
+    rm = est.step_model
+    assert rm is not None and rm.source == "fitted" and rm.step_overhead_s == pytest.approx(COEFF["step_s"])
+    assert rm.request_overhead_s == pytest.approx(COEFF["request_s"])
+    # one engine step of n tokens reading S context tokens costs o + c n + k S
+    n, S = 10.0, 1000.0
+    assert sum(rm.stage_times(n, S, 0.0)) == pytest.approx(COEFF["step_s"] + COEFF["per_token_s"] * n + COEFF["per_kv_token_s"] * S, rel=1e-4)
+    bare = rm.model_copy(update={"request_overhead_s": 0.0})
+    for w in ir.workloads:
+        e = chain_capacity(rm, w.input_tokens, w.output_tokens)
+        assert dict(est.throughput_rps)[w.name] == pytest.approx(e.requests_per_s, rel=1e-4)
+        # the fitted per-request overhead r is charged once, before the first token
+        assert dict(est.ttft_s)[w.name] == pytest.approx(chain_capacity(bare, w.input_tokens, w.output_tokens).ttft_s + COEFF["request_s"], rel=1e-4)
+    assert shapes[2].estimate.source == "analytic"
+    # the plan document carries the estimate's source and step model for a profiled replica
+    for r in plan_doc(ir).replicas:
+        assert r.estimate_source == ("measured" if r.pp == 1 else "analytic")
+        assert r.step_model is not None and r.step_model.source == ("fitted" if r.pp == 1 else "analytic")
+
+
+def test_fitted_coefficients_are_slo_capped(tmp_path: Path) -> None:
+    """A measured profile does not bypass the SLO: a TPOT target below the fitted step time at one
+    sequence excludes the shape for that workload; a loose one caps it below the unconstrained fit."""
+    lines = "\n".join(f"    {k}: {v}" for k, v in COEFF.items())
+    prof = f"- model: tiny-llama\n  gpu: L4\n  tp: 1\n  throughput: {{short: 5000/s}}\n  coefficients:\n{lines}\n"
+    tight = TINY.replace("share: 80%}", "share: 80%, slo: {tpot: 4ms}}")
+    (tmp_path / "profiles.yaml").write_text(prof)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(tight + "profiles: [profiles.yaml]\n")
+    fitted = next(s for s in compile_spec(spec, stop_after="profile").ir.shapes if s.pp == 1 and s.id.endswith("slo:short"))
+    rps = dict(fitted.estimate.throughput_rps)
+    assert rps["short"] == 0.0  # 5 ms step > 4 ms target: the measured 5000/s does not win
+    assert dict(fitted.estimate.binding)["short"].startswith("slo-unmeetable")
+    loose = TINY.replace("share: 80%}", "share: 80%, slo: {tpot: 50ms}}")
+    spec.write_text(loose + "profiles: [profiles.yaml]\n")
+    fitted = next(s for s in compile_spec(spec, stop_after="profile").ir.shapes if s.pp == 1 and s.id.endswith("slo:short"))
+    capped = dict(fitted.estimate.throughput_rps)["short"]
+    assert 0.0 < capped < 5000.0
+    assert dict(fitted.estimate.tpot_s)["short"] <= 0.050
 
 
 def test_measured_throughput_still_wins_over_the_fit(tmp_path: Path) -> None:
