@@ -198,21 +198,14 @@ def fill_endpoints(
         sys.stdout.write(text)
 
 
-@app.command()
-def router(
-    table: Path = typer.Option(..., "--table", help="router/routing.json"),
-    host: str = typer.Option("127.0.0.1", "--host", help="bind address (default loopback only)"),
-    port: int = typer.Option(8080, "--port"),
-    policy: Optional[str] = typer.Option(None, "--policy", help="override the table's policy"),
-    auth_token_env: Optional[str] = typer.Option(None, "--auth-token-env", help="env var with the clients' bearer token"),
-) -> None:
-    """Run the bundled OpenAI-compatible router in front of a plan's replicas."""
-    import os
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+             add_help_option=False)
+def router(ctx: typer.Context) -> None:
+    """Run the bundled OpenAI-compatible router in front of a plan's replicas (same flags as
+    `python -m hetcompile.router`; --help lists them)."""
+    from hetcompile.router.options import run
 
-    from hetcompile.router.app import serve
-
-    token = os.environ.get(auth_token_env) if auth_token_env else None
-    serve(table, host=host, port=port, policy=policy, auth_token=token)
+    raise typer.Exit(run(list(ctx.args), prog="hetcompile router"))
 
 
 def _int_list(text: str, what: str) -> tuple[int, ...]:

@@ -42,7 +42,8 @@ log = logging.getLogger("hetcompile.router")
 _FORWARD_HEADERS = ("X-Request-Id", "traceparent", "tracestate")
 # a stream with no event boundary for this long is passed on as it is rather than held
 _MAX_PENDING = 1 << 16
-_UPSTREAM_ERRORS = (UpstreamError, OSError, asyncio.TimeoutError)
+# RuntimeError: uvloop raises it for an operation on a closed transport
+_UPSTREAM_ERRORS = (UpstreamError, OSError, asyncio.TimeoutError, RuntimeError)
 
 
 def error_body(status: int, message: str, type_: str) -> bytes:

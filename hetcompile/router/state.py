@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 from hetcompile.ir.routing import RoutedReplica
 from hetcompile.router.policies import corrected_kv_usage
 from hetcompile.router.upstream import parse_endpoint
 
 log = logging.getLogger("hetcompile.router")
+
+PASSIVE_BACKOFF_MIN = 5.0  # seconds out after the first passive ejection
+PASSIVE_BACKOFF_MAX = 120.0
 
 
 def health_transition(healthy: bool, fails: int, oks: int, ok: bool, fall: int, rise: int) -> tuple[bool, int, int]:
@@ -42,6 +46,7 @@ class ReplicaState:
         "headers", "conn_key", "base_path", "head_static", "routable", "healthy", "fails", "oks",
         "inflight", "inflight_kv", "load",
         "obs_kv", "obs_running", "obs_waiting", "est_at_poll", "released_since_poll",
+        "passive_until", "passive_backoff",
     )  # fmt: skip
 
     def __init__(self, spec: RoutedReplica):
@@ -57,6 +62,10 @@ class ReplicaState:
         self.obs_waiting: float | None = None
         self.est_at_poll = 0.0
         self.released_since_poll = 0
+        # passive ejection: a replica whose /health is fine but whose requests fail or hang is
+        # kept out until this monotonic time, however many health probes pass meanwhile
+        self.passive_until = 0.0
+        self.passive_backoff = PASSIVE_BACKOFF_MIN
         self.update_spec(spec)
 
     def update_spec(self, spec: RoutedReplica) -> None:
@@ -127,6 +136,8 @@ class ReplicaState:
     def observe_health(self, ok: bool, fall: int, rise: int) -> bool:
         """Record one health observation; returns True when the state flipped."""
         was = self.healthy
+        if ok and not was and time.monotonic() < self.passive_until:
+            ok = False  # still in its passive-ejection back-off: the probe does not count yet
         self.healthy, self.fails, self.oks = health_transition(self.healthy, self.fails, self.oks, ok, fall, rise)
         self._refresh()
         if was != self.healthy:
@@ -140,12 +151,16 @@ class ReplicaState:
         Re-admission is left to the active /health poll, so live traffic never probes a
         replica that was ejected.
         """
-        if self.healthy:
-            self.observe_health(False, fall, 1)
+        if self.healthy and self.observe_health(False, fall, 1):
+            # ejected by live traffic (requests failed or timed out, whatever /health says):
+            # stay out for a back-off that doubles on each such ejection, then a probe re-admits
+            self.passive_until = time.monotonic() + self.passive_backoff
+            self.passive_backoff = min(self.passive_backoff * 2, PASSIVE_BACKOFF_MAX)
 
     def passive_success(self) -> None:
         if self.healthy:
             self.fails = 0
+            self.passive_backoff = PASSIVE_BACKOFF_MIN
 
     def observe_metrics(self, kv: float | None, running: float | None, waiting: float | None) -> None:
         self.obs_kv = kv

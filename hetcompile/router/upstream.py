@@ -496,10 +496,28 @@ class UpstreamPool:
         while True:
             resp = Response(conn, loop, self.read_timeout)
             conn.resp = resp
-            if len(body) > 65536:
-                conn.transport.writelines((head, body))  # no copy of a large body
-            else:
-                conn.transport.write(head + body)
+            try:
+                if conn.closed or conn.transport is None or conn.transport.is_closing():
+                    raise ConnectionLost("connection closed before the request was sent")
+                if len(body) > 65536:
+                    conn.transport.writelines((head, body))  # no copy of a large body
+                else:
+                    conn.transport.write(head + body)
+            except (RuntimeError, OSError) as e:
+                # uvloop raises RuntimeError on a closed transport: a transport failure, not a bug
+                resp.close()
+                if not reused:
+                    raise ConnectionLost(f"write failed: {e}") from None
+                reused = False
+                conn = await self._connect(key)
+                continue
+            except ConnectionLost:
+                resp.close()
+                if not reused:
+                    raise
+                reused = False
+                conn = await self._connect(key)
+                continue
             try:
                 await resp.start()
                 return resp

@@ -244,3 +244,36 @@ async def test_connect_storm_is_capped_and_fails_fast_behind_a_dead_host():
         assert await asyncio.gather(*(one() for _ in range(200))) == [b"hello"] * 200
         assert s.connections <= 200  # some requests reused connections freed while they queued
         pool.close()
+
+
+class _ClosedUnderUs:
+    """A transport that uvloop reports as open but refuses writes on, as after a peer reset."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def is_closing(self):
+        return False
+
+    def write(self, data):
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
+
+    writelines = write
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+async def test_write_on_a_closed_pooled_transport_is_retried_on_a_fresh_connection():
+    async with Scripted([OK, OK]) as s:
+        pool = UpstreamPool(connect_timeout=1, read_timeout=2, keepalive=10)
+        r = await pool.request(s.key, req(s.key), b"{}")
+        assert await r.read() == b"hello"
+        r.release()
+        conn = pool.idle[s.key][0]
+        conn.transport = _ClosedUnderUs(conn.transport)
+        r = await pool.request(s.key, req(s.key), b"{}")
+        assert await r.read() == b"hello"
+        r.release()
+        assert s.connections == 2
+        pool.close()
