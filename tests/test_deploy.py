@@ -145,3 +145,25 @@ def test_injection_every_user_string(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert p2.returncode == 0, p2.stderr
     assert not list(tmp_path.rglob("PWNED*")) and not list(ROOT.glob("PWNED*"))
+
+
+def test_mixed_job_group_deploy_and_teardown(tmp_path: Path) -> None:
+    from test_place_pass import write_spec
+
+    res = compile_spec(write_spec(tmp_path))
+    out = tmp_path / "out"
+    write(res.ir, out)
+    plan = json.loads((out / "plan.json").read_text())
+    mixed = [r["id"] for r in plan["replicas"] if r["mixed"]]
+    assert mixed
+    env = _env(tmp_path)
+    for rid in mixed:
+        env[f"HC_ENDPOINT_{rid.upper()}"] = "http://10.0.0.9:8000"
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    jobs = [c for c in _calls(tmp_path) if c[:2] == ["jobs", "launch"]]
+    assert sorted(c[-1] for c in jobs) == sorted(f"sky/{rid}.yaml" for rid in mixed)
+    p = subprocess.run(["bash", str(out / "teardown.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    cancels = [c for c in _calls(tmp_path) if c[:2] == ["jobs", "cancel"]]
+    assert len(cancels) == len(mixed)
