@@ -167,3 +167,19 @@ def test_mixed_job_group_deploy_and_teardown(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     cancels = [c for c in _calls(tmp_path) if c[:2] == ["jobs", "cancel"]]
     assert len(cancels) == len(mixed)
+
+
+def test_rerun_skips_clusters_already_up(tmp_path: Path) -> None:
+    out = _build(tmp_path)
+    env = _env(tmp_path)
+    names = sorted(f"three-regions-{r['id']}" for r in json.loads((out / "plan.json").read_text())["replicas"])
+    (tmp_path / "sky-state" / "fail_launch").write_text(names[-1] + "\n")
+    assert subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, cwd=tmp_path).returncode == 1
+    (tmp_path / "sky-state" / "fail_launch").write_text("")
+    n0 = len(_calls(tmp_path))
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    launched = [c[c.index("-c") + 1] for c in _calls(tmp_path)[n0:] if c[:1] == ["launch"]]
+    assert launched == [names[-1], "three-regions-router"]  # the ones already UP were not relaunched
+    for n in names[:-1]:
+        assert f"{n}: already UP, not relaunched" in p.stdout

@@ -81,9 +81,11 @@ def _locked(state: Path, argv: list[str]) -> int:
                 return 1
             print(f"127.0.0.1:{port}")
         else:
-            print("NAME  STATUS")
+            wanted = [a for a in argv[1:] if not a.startswith("-")]
+            print("NAME  INFRA  STATUS")
             for name, st in sorted(clusters.items()):
-                print(f"{name}  {st}")
+                if not wanted or name in wanted:
+                    print(f"{name}  stub  {st}")
     elif argv[:1] == ["check"]:
         print("stub: all clouds enabled")
     else:

@@ -26,7 +26,11 @@ case "$src" in
 esac
 
 # --- launch every replica, then wait for all of them ------------------------------------------
+is_up() {  # cluster: true when `sky status` lists it as UP (a re-run skips it)
+  sky status "$1" 2>/dev/null | awk -v c="$1" '$1 == c && / UP( |$)/ {found=1} END {exit !found}'
+}
 launch() {  # cluster task.yaml
+  if is_up "$1"; then echo "$1: already UP, not relaunched"; return 0; fi
   sky launch -y -d -c "$1" "$2" --secret HF_TOKEN
 }
 
@@ -86,5 +90,5 @@ hetcompile fill-endpoints router/routing.json \
   r3="$HC_ENDPOINT_R3" \
   --in-place
 
-sky launch -y -d -c helix-highhet42-router sky/router.yaml
+launch helix-highhet42-router sky/router.yaml
 echo "router: $(sky status --endpoint 8080 helix-highhet42-router)"
