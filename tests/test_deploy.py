@@ -183,3 +183,19 @@ def test_rerun_skips_clusters_already_up(tmp_path: Path) -> None:
     assert launched == [names[-1], "three-regions-router"]  # the ones already UP were not relaunched
     for n in names[:-1]:
         assert f"{n}: already UP, not relaunched" in p.stdout
+
+
+def test_router_gets_a_generated_token_as_a_managed_secret(tmp_path: Path) -> None:
+    import yaml
+
+    out = _build(tmp_path)
+    task = yaml.safe_load((out / "sky" / "router.yaml").read_text())
+    assert task["secrets"] == {"HC_ROUTER_TOKEN": None}
+    assert "--auth-token-env HC_ROUTER_TOKEN" in task["run"]
+    env = _env(tmp_path)
+    env.pop("HC_ROUTER_TOKEN", None)
+    assert subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, cwd=tmp_path).returncode == 0
+    token = (out / "router.token").read_text().strip()
+    assert len(token) >= 40 and (out / "router.token").stat().st_mode & 0o077 == 0
+    router = [c for c in _calls(tmp_path) if c[:1] == ["launch"] and "three-regions-router" in c]
+    assert router and router[0][-2:] == ["--secret", "HC_ROUTER_TOKEN"] and token not in " ".join(router[0])

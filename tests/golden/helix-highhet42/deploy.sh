@@ -29,9 +29,9 @@ esac
 is_up() {  # cluster: true when `sky status` lists it as UP (a re-run skips it)
   sky status "$1" 2>/dev/null | awk -v c="$1" '$1 == c && / UP( |$)/ {found=1} END {exit !found}'
 }
-launch() {  # cluster task.yaml
+launch() {  # cluster task.yaml [secret]: a managed secret, its value from this environment
   if is_up "$1"; then echo "$1: already UP, not relaunched"; return 0; fi
-  sky launch -y -d -c "$1" "$2" --secret HF_TOKEN
+  sky launch -y -d -c "$1" "$2" --secret "${3:-HF_TOKEN}"
 }
 
 launch_group() {  # job-group.yaml: a replica whose stages mix GPU types (Kubernetes only)
@@ -90,5 +90,14 @@ hetcompile fill-endpoints router/routing.json \
   r3="$HC_ENDPOINT_R3" \
   --in-place
 
-launch helix-highhet42-router sky/router.yaml
+# the router's bearer token: generated once, kept (mode 600) in router.token next to this script
+if [ -z "${HC_ROUTER_TOKEN:-}" ]; then
+  if [ ! -s router.token ]; then
+    (umask 077 && python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > router.token)
+  fi
+  HC_ROUTER_TOKEN="$(cat router.token)"
+fi
+export HC_ROUTER_TOKEN
+launch helix-highhet42-router sky/router.yaml HC_ROUTER_TOKEN
 echo "router: $(sky status --endpoint 8080 helix-highhet42-router)"
+echo "clients send: Authorization: Bearer \$(cat $here/router.token)"
