@@ -23,6 +23,7 @@ from hetcompile.ir.errors import BackendError
 from hetcompile.ir.problem import Problem, Replica
 
 HEREDOC = "HETCOMPILE_NODE_SCRIPT"
+ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
 
 
 def infra(cloud: str, region: str) -> str:
@@ -135,6 +136,8 @@ def router_task(ir: Problem) -> str:
         "resources": {"infra": infra(cloud, region), "cpus": "4+", "ports": port},
         "workdir": "router",
         "setup": "pip install dist/*.whl\n",
-        "run": f"exec hetcompile router --table routing.json --host 0.0.0.0 --port {port}\n",
+        # clients must send the token deploy.sh generates (never on a command line: a managed secret)
+        "secrets": {ROUTER_TOKEN_ENV: None},
+        "run": f"exec hetcompile router --table routing.json --host 0.0.0.0 --port {port} --auth-token-env {ROUTER_TOKEN_ENV}\n",
     }
     return dumps_yaml(task)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetcompile import __version__
+from hetcompile.backends.shell import quote
 from hetcompile.backends.templating import render
 from hetcompile.ir.problem import Problem, Replica
 
@@ -33,7 +34,7 @@ def engine_flags(ir: Problem, r: Replica, rank: int) -> list[str]:
     m = ir.model(r.model)
     d = len(r.stages)
     flags = [
-        f"--served-model-name {m.served_name}",
+        f"--served-model-name {quote(m.served_name)}",
         f"--tensor-parallel-size {r.stages[0].tp}",
         f"--pipeline-parallel-size {d}",
         f"--dtype {r.dtype}",

@@ -3,7 +3,8 @@
 # t2 x2 in cloud; decoder layers [0, 32) of 32.
 # Overrides for local runs: HC_MODEL, HC_HOST, HC_PORT, HC_EXTRA_ARGS (appended flags).
 set -euo pipefail
-MODEL="${HC_MODEL:-meta-llama/Meta-Llama-3-8B-Instruct}"
+MODEL=meta-llama/Meta-Llama-3-8B-Instruct
+MODEL="${HC_MODEL:-$MODEL}"
 HOST="${HC_HOST:-0.0.0.0}"
 PORT="${HC_PORT:-8000}"
 exec vllm serve "$MODEL" \

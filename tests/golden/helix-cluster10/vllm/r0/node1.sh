@@ -3,7 +3,8 @@
 # L4 x1 in r0; decoder layers [6, 12) of 60.
 # Overrides for local runs: HC_MODEL, HC_HOST, HC_PORT, HC_MASTER_ADDR, HC_EXTRA_ARGS (appended flags).
 set -euo pipefail
-MODEL="${HC_MODEL:-huggyllama/llama-30b}"
+MODEL=huggyllama/llama-30b
+MODEL="${HC_MODEL:-$MODEL}"
 MASTER_ADDR="${HC_MASTER_ADDR:?set HC_MASTER_ADDR to the address of node 0}"
 export VLLM_PP_LAYER_PARTITION="6,6,6,6,6,6,6,6,6,6"
 exec vllm serve "$MODEL" \

@@ -3,7 +3,8 @@
 # T4 x1 in r0; decoder layers [48, 52) of 80.
 # Overrides for local runs: HC_MODEL, HC_HOST, HC_PORT, HC_MASTER_ADDR, HC_EXTRA_ARGS (appended flags).
 set -euo pipefail
-MODEL="${HC_MODEL:-meta-llama/Llama-2-70b-chat-hf}"
+MODEL=meta-llama/Llama-2-70b-chat-hf
+MODEL="${HC_MODEL:-$MODEL}"
 MASTER_ADDR="${HC_MASTER_ADDR:?set HC_MASTER_ADDR to the address of node 0}"
 export VLLM_PP_LAYER_PARTITION="4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4"
 exec vllm serve "$MODEL" \

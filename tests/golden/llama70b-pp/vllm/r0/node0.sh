@@ -3,7 +3,8 @@
 # L40S x2 in us-central1; decoder layers [0, 40) of 80.
 # Overrides for local runs: HC_MODEL, HC_HOST, HC_PORT, HC_MASTER_ADDR, HC_EXTRA_ARGS (appended flags).
 set -euo pipefail
-MODEL="${HC_MODEL:-meta-llama/Meta-Llama-3-70B-Instruct}"
+MODEL=meta-llama/Meta-Llama-3-70B-Instruct
+MODEL="${HC_MODEL:-$MODEL}"
 HOST="${HC_HOST:-0.0.0.0}"
 PORT="${HC_PORT:-8000}"
 MASTER_ADDR="${HC_MASTER_ADDR:?set HC_MASTER_ADDR to the address of node 0}"

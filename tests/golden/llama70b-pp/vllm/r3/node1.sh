@@ -3,7 +3,8 @@
 # A10G x4 in us-east-1; decoder layers [40, 80) of 80.
 # Overrides for local runs: HC_MODEL, HC_HOST, HC_PORT, HC_MASTER_ADDR, HC_EXTRA_ARGS (appended flags).
 set -euo pipefail
-MODEL="${HC_MODEL:-meta-llama/Meta-Llama-3-70B-Instruct}"
+MODEL=meta-llama/Meta-Llama-3-70B-Instruct
+MODEL="${HC_MODEL:-$MODEL}"
 MASTER_ADDR="${HC_MASTER_ADDR:?set HC_MASTER_ADDR to the address of node 0}"
 export VLLM_PP_LAYER_PARTITION="40,40"
 exec vllm serve "$MODEL" \

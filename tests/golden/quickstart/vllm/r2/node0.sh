@@ -3,7 +3,8 @@
 # L4 x1 in us-central1; decoder layers [0, 16) of 32.
 # Overrides for local runs: HC_MODEL, HC_HOST, HC_PORT, HC_MASTER_ADDR, HC_EXTRA_ARGS (appended flags).
 set -euo pipefail
-MODEL="${HC_MODEL:-meta-llama/Llama-3.1-8B-Instruct}"
+MODEL=meta-llama/Llama-3.1-8B-Instruct
+MODEL="${HC_MODEL:-$MODEL}"
 HOST="${HC_HOST:-0.0.0.0}"
 PORT="${HC_PORT:-8000}"
 MASTER_ADDR="${HC_MASTER_ADDR:?set HC_MASTER_ADDR to the address of node 0}"

@@ -3,7 +3,8 @@
 # T4 x2 in onprem; decoder layers [0, 20) of 40.
 # Overrides for local runs: HC_MODEL, HC_HOST, HC_PORT, HC_MASTER_ADDR, HC_EXTRA_ARGS (appended flags).
 set -euo pipefail
-MODEL="${HC_MODEL:-meta-llama/Llama-2-13b-chat-hf}"
+MODEL=meta-llama/Llama-2-13b-chat-hf
+MODEL="${HC_MODEL:-$MODEL}"
 HOST="${HC_HOST:-0.0.0.0}"
 PORT="${HC_PORT:-8000}"
 MASTER_ADDR="${HC_MASTER_ADDR:?set HC_MASTER_ADDR to the address of node 0}"

@@ -3,7 +3,8 @@
 # L4 x1 in local; decoder layers [0, 4) of 4.
 # Overrides for local runs: HC_MODEL, HC_HOST, HC_PORT, HC_EXTRA_ARGS (appended flags).
 set -euo pipefail
-MODEL="${HC_MODEL:-./tiny}"
+MODEL=./tiny
+MODEL="${HC_MODEL:-$MODEL}"
 HOST="${HC_HOST:-0.0.0.0}"
 PORT="${HC_PORT:-8000}"
 exec vllm serve "$MODEL" \

@@ -1,0 +1,99 @@
+"""A recording stand-in for the `sky` CLI (SkyPilot 0.14), for deploy/teardown tests.
+
+`install(bin_dir, state_dir)` writes an executable `sky` into bin_dir that runs this module.
+Every call is appended as one JSON line (argv) to state_dir/calls.jsonl. Behaviour, per cluster:
+- `sky launch ... -c NAME TASK`: fails (exit 1) when NAME is listed in state_dir/fail_launch,
+  else records NAME as UP in state_dir/clusters.json.
+- `sky jobs launch ... TASK`: records the job group; fails when its task path is in fail_launch.
+- `sky down -y NAME...`: fails when a NAME is in state_dir/fail_down, else removes it.
+- `sky jobs cancel -y -n NAME`: fails when NAME is in fail_down.
+- `sky status [--endpoint PORT NAME]`: a table of UP clusters / `127.0.0.1:PORT`.
+- `sky check`: succeeds.
+The fail_* files hold one name per line.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def install(bin_dir: Path, state_dir: Path) -> Path:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    sky = bin_dir / "sky"
+    sky.write_text(
+        f"#!/bin/sh\nHC_STUB_SKY_STATE={str(state_dir)!r} exec {sys.executable!r} -m hetcompile.testing.stub_sky \"$@\"\n"
+    )
+    sky.chmod(0o755)
+    return sky
+
+
+def _names(state: Path, name: str) -> set[str]:
+    p = state / name
+    return set(p.read_text().split("\n")) - {""} if p.exists() else set()
+
+
+def main(argv: list[str]) -> int:
+    state = Path(os.environ["HC_STUB_SKY_STATE"])
+    # deploy.sh launches in parallel: one call at a time, so clusters.json has no lost updates
+    with (state / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _locked(state, argv)
+
+
+def _locked(state: Path, argv: list[str]) -> int:
+    with (state / "calls.jsonl").open("a") as f:
+        f.write(json.dumps(argv) + "\n")
+    cpath = state / "clusters.json"
+    clusters: dict[str, str] = json.loads(cpath.read_text()) if cpath.exists() else {}
+    rc = 0
+    if argv[:1] == ["launch"]:
+        name = argv[argv.index("-c") + 1]
+        if name in _names(state, "fail_launch"):
+            print(f"sky launch: stub failure for {name}", file=sys.stderr)
+            return 1
+        clusters[name] = "UP"
+    elif argv[:2] == ["jobs", "launch"]:
+        task = argv[-1]
+        if task in _names(state, "fail_launch"):
+            return 1
+        clusters[task] = "JOB"
+    elif argv[:1] == ["down"]:
+        for name in [a for a in argv[1:] if not a.startswith("-")]:
+            if name in _names(state, "fail_down"):
+                print(f"sky down: stub failure for {name}", file=sys.stderr)
+                rc = 1
+            else:
+                clusters.pop(name, None)
+    elif argv[:2] == ["jobs", "cancel"]:
+        name = argv[argv.index("-n") + 1]
+        if name in _names(state, "fail_down"):
+            rc = 1
+    elif argv[:1] == ["status"]:
+        if "--endpoint" in argv:
+            i = argv.index("--endpoint")
+            port, name = argv[i + 1], argv[i + 2]
+            if name not in clusters:
+                return 1
+            print(f"127.0.0.1:{port}")
+        else:
+            wanted = [a for a in argv[1:] if not a.startswith("-")]
+            print("NAME  INFRA  STATUS")
+            for name, st in sorted(clusters.items()):
+                if not wanted or name in wanted:
+                    print(f"{name}  stub  {st}")
+    elif argv[:1] == ["check"]:
+        print("stub: all clouds enabled")
+    else:
+        print(f"stub sky: unsupported {argv}", file=sys.stderr)
+        return 2
+    cpath.write_text(json.dumps(clusters, sort_keys=True))
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

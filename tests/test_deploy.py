@@ -1,0 +1,201 @@
+"""deploy.sh / teardown.sh against a recording stub `sky`, and shell injection through every
+user string of the spec (served name, weights, model, region, workload, GPU names)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from hetcompile.backends.emit import write
+from hetcompile.backends.shell import comment, quote
+from hetcompile.driver import compile_spec
+from hetcompile.testing.stub_sky import install
+
+EVIL = "x$(touch PWNED)`touch PWNED2`'\"\n;touch PWNED3 #"
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    bin_dir = tmp / "bin"
+    install(bin_dir, tmp / "sky-state")
+    wheel = tmp / "hetcompile-0.0.0-py3-none-any.whl"
+    wheel.write_bytes(b"stub wheel")
+    env = dict(os.environ)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["HETCOMPILE_SRC"] = str(wheel)
+    return env
+
+
+def _build(tmp: Path, example: str = "three-regions", text: str | None = None) -> Path:
+    spec = tmp / "spec.yaml"
+    spec.write_text(text if text is not None else (ROOT / "examples" / example / "spec.yaml").read_text())
+    res = compile_spec(spec)
+    out = tmp / "out"
+    write(res.ir, out)
+    return out
+
+
+def _calls(tmp: Path) -> list[list[str]]:
+    return [json.loads(x) for x in (tmp / "sky-state" / "calls.jsonl").read_text().splitlines()]
+
+
+def _clusters(tmp: Path) -> dict[str, str]:
+    return json.loads((tmp / "sky-state" / "clusters.json").read_text())
+
+
+def test_quote_helpers() -> None:
+    assert quote("a b") == "'a b'"
+    assert subprocess.run(["bash", "-c", f"printf %s {quote(EVIL)}"], capture_output=True, text=True).stdout == EVIL
+    assert "\n" not in comment(EVIL)
+
+
+def test_deploy_happy_path(tmp_path: Path) -> None:
+    out = _build(tmp_path)
+    env = _env(tmp_path)
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "CLUSTER" in p.stdout and "launched" in p.stdout
+    ups = _clusters(tmp_path)
+    assert "three-regions-router" in ups and len(ups) >= 2
+    assert (out / "router" / "dist" / "hetcompile-0.0.0-py3-none-any.whl").exists()
+    routing = json.loads((out / "router" / "routing.json").read_text())
+    assert all(r["endpoint"].startswith("http://127.0.0.1:") for r in routing["replicas"])
+
+
+def test_deploy_preflight_fails_before_any_launch(tmp_path: Path) -> None:
+    out = _build(tmp_path)
+    env = _env(tmp_path)
+    env["HETCOMPILE_SRC"] = "no/such/checkout"
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2
+    assert "HETCOMPILE_SRC=no/such/checkout does not exist" in p.stderr
+    assert not (tmp_path / "sky-state" / "calls.jsonl").exists()  # sky was never called
+
+
+def test_deploy_launch_failure_summarizes_and_exits_nonzero(tmp_path: Path) -> None:
+    out = _build(tmp_path)
+    env = _env(tmp_path)
+    clusters = [c for c in (json.loads((out / "plan.json").read_text()).get("replicas") or [])]
+    names = sorted(f"three-regions-{r['id']}" for r in clusters)
+    assert len(names) >= 2
+    (tmp_path / "sky-state" / "fail_launch").write_text(names[0] + "\n")
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 1
+    assert f"deploy FAILED: 1 launch(es) failed: {names[0]}" in p.stderr
+    assert "still running (billing): " + " ".join(names[1:]) in p.stderr
+    assert f"clean up with: {out}/teardown.sh" in p.stderr
+    assert sorted(_clusters(tmp_path)) == names[1:]  # router never launched
+    assert not any(c[:1] == ["launch"] and "three-regions-router" in c for c in _calls(tmp_path))
+
+
+def test_teardown_fails_loud(tmp_path: Path) -> None:
+    out = _build(tmp_path)
+    env = _env(tmp_path)
+    assert subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, cwd=tmp_path).returncode == 0
+    (tmp_path / "sky-state" / "fail_down").write_text("three-regions-router\n")
+    p = subprocess.run(["bash", str(out / "teardown.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 1
+    assert "teardown FAILED for 1 cluster(s)" in p.stderr and "three-regions-router (sky down -y three-regions-router)" in p.stderr
+    assert list(_clusters(tmp_path)) == ["three-regions-router"]  # every other down still ran
+    (tmp_path / "sky-state" / "fail_down").write_text("")
+    p = subprocess.run(["bash", str(out / "teardown.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0 and _clusters(tmp_path) == {}
+
+
+def _evil_spec() -> str:
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu" / "spec.yaml").read_text())
+    m = spec["models"][0]
+    m["served_name"] = "tiny" + EVIL
+    m["weights"] = "./tiny" + EVIL
+    m["name"] = "tiny-llama" + EVIL
+    for w in spec["workloads"]:
+        w["model"] = m["name"]
+        w["name"] = w["name"] + EVIL
+    spec["regions"][0]["name"] = "local" + EVIL
+    return yaml.safe_dump(spec)
+
+
+def test_injection_every_user_string(tmp_path: Path) -> None:
+    out = _build(tmp_path, text=_evil_spec())
+    scripts = sorted(out.rglob("*.sh"))
+    assert len(scripts) >= 4
+    for s in scripts:
+        p = subprocess.run(["bash", "-n", str(s)], capture_output=True, text=True)
+        assert p.returncode == 0, (s, p.stderr)
+    # run every node script with a stub `vllm` that prints its argv: the strings arrive intact
+    env = _env(tmp_path)
+    (tmp_path / "bin" / "vllm").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done\n')
+    (tmp_path / "bin" / "vllm").chmod(0o755)
+    env["HC_MASTER_ADDR"] = "127.0.0.1"
+    for s in sorted((out / "vllm").rglob("*.sh")):
+        p = subprocess.run(["bash", str(s)], env=env, capture_output=True, text=True, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        argv = p.stdout.split("\0")
+        assert argv[1] == "./tiny" + EVIL
+        assert argv[argv.index("--served-model-name") + 1] == "tiny" + EVIL
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    p2 = subprocess.run(["bash", str(out / "teardown.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p2.returncode == 0, p2.stderr
+    assert not list(tmp_path.rglob("PWNED*")) and not list(ROOT.glob("PWNED*"))
+
+
+def test_mixed_job_group_deploy_and_teardown(tmp_path: Path) -> None:
+    from test_place_pass import write_spec
+
+    res = compile_spec(write_spec(tmp_path))
+    out = tmp_path / "out"
+    write(res.ir, out)
+    plan = json.loads((out / "plan.json").read_text())
+    mixed = [r["id"] for r in plan["replicas"] if r["mixed"]]
+    assert mixed
+    env = _env(tmp_path)
+    for rid in mixed:
+        env[f"HC_ENDPOINT_{rid.upper()}"] = "http://10.0.0.9:8000"
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    jobs = [c for c in _calls(tmp_path) if c[:2] == ["jobs", "launch"]]
+    assert sorted(c[-1] for c in jobs) == sorted(f"sky/{rid}.yaml" for rid in mixed)
+    p = subprocess.run(["bash", str(out / "teardown.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    cancels = [c for c in _calls(tmp_path) if c[:2] == ["jobs", "cancel"]]
+    assert len(cancels) == len(mixed)
+
+
+def test_rerun_skips_clusters_already_up(tmp_path: Path) -> None:
+    out = _build(tmp_path)
+    env = _env(tmp_path)
+    names = sorted(f"three-regions-{r['id']}" for r in json.loads((out / "plan.json").read_text())["replicas"])
+    (tmp_path / "sky-state" / "fail_launch").write_text(names[-1] + "\n")
+    assert subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, cwd=tmp_path).returncode == 1
+    (tmp_path / "sky-state" / "fail_launch").write_text("")
+    n0 = len(_calls(tmp_path))
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    launched = [c[c.index("-c") + 1] for c in _calls(tmp_path)[n0:] if c[:1] == ["launch"]]
+    assert launched == [names[-1], "three-regions-router"]  # the ones already UP were not relaunched
+    for n in names[:-1]:
+        assert f"{n}: already UP, not relaunched" in p.stdout
+
+
+def test_router_gets_a_generated_token_as_a_managed_secret(tmp_path: Path) -> None:
+    import yaml
+
+    out = _build(tmp_path)
+    task = yaml.safe_load((out / "sky" / "router.yaml").read_text())
+    assert task["secrets"] == {"HC_ROUTER_TOKEN": None}
+    assert "--auth-token-env HC_ROUTER_TOKEN" in task["run"]
+    env = _env(tmp_path)
+    env.pop("HC_ROUTER_TOKEN", None)
+    assert subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, cwd=tmp_path).returncode == 0
+    token = (out / "router.token").read_text().strip()
+    assert len(token) >= 40 and (out / "router.token").stat().st_mode & 0o077 == 0
+    router = [c for c in _calls(tmp_path) if c[:1] == ["launch"] and "three-regions-router" in c]
+    assert router and router[0][-2:] == ["--secret", "HC_ROUTER_TOKEN"] and token not in " ".join(router[0])
