@@ -5,7 +5,7 @@
 For every replica shape and workload of the bundled example plans (tests/golden/*/plan.json,
 kept current by tests/test_examples.py): the formula's h_{c,w} (perf/capacity.py) and what the
 discrete-event simulator (hetcompile/simulate) completes per second at 1.3x that load, as vLLM
-runs the replica (`sim`) and under the formula's own assumptions (`fluid`: prefill spread evenly
+runs the replica (`sim`) and, against the fluid formula, under its assumptions (`fluid`: prefill spread evenly
 over the steps, no KV preemption; see hetcompile/simulate/capacity_check.py). The baseline is the
 formula, computed in the same run from the same step model.
 """

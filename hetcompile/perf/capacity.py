@@ -5,17 +5,37 @@ Notation (a replica = a chain of d stages; a workload of I prompt and O output t
     s   = I + O/2                         mean context of a sequence over its life
     C   = min(max_num_seqs, KV_min / s)   sequences in flight (vLLM's KV is the minimum over stages)
     b   = C / d                           micro-batch: d batches in flight keep d stages busy
-    per engine step a micro-batch carries b decode tokens and, in steady state, b I / O prompt
-    tokens (chunked prefill mixes them in):  n = b (1 + I/O) tokens,  S = b s context tokens read,
-    A = b s + b (I/O) (I/2) attention pairs (decode over its context; prompts causally)
-    t_i = stage i's step time (perf/stepmodel.py);  H = hops for n tokens
-    X   = min(b / max_i t_i, C / (sum_i t_i + H))     decode tokens/s: the slowest stage, or the
-                                                      round trip when the chain is deep or far
-    h   = X / O                           requests/s
-    TPOT = C / X                          seconds between a sequence's tokens at full load
+
+What one engine step of a micro-batch carries, as vLLM's chunked prefill schedules it (the
+simulator, hetcompile/simulate/engine.py, replays exactly this):
+    B   = chunk_tokens - b                prompt tokens a step has room for after its decode tokens
+    k   = ceil(I / B)                     steps a prompt takes; a request holds its slot O - 1 + k steps
+    r   = b / (O - 1 + k)                 requests started (= finished) per step; dec = r (O - 1)
+    KV full (C from the KV, not max_num_seqs or an SLO cap): vLLM admits greedily and preempts
+        the newest sequence (recompute) when a decode token finds no KV slot; the free KV left
+        after admission is uniform on [0, I + 1), so a step of dec new tokens preempts dec / (I + 1)
+        sequences, each re-prefilling ~I + 1 tokens: dec recomputed prompt tokens per step, and
+        each preemption holds a slot k more steps (r = b / (O - 1 + k + (O - 1) k / (I + 1))).
+    P   = r I (+ dec when the KV is full)  mean prompt tokens per step
+    prefill lumps: a whole prompt (up to B tokens) goes into the step after its request is admitted,
+        so a step carries min(K I, B) prompt tokens with K ~ Poisson (prompts arriving during a
+        step; the rate raised so that E[min(K I, B)] = P when lumps spill past the budget). Steps
+        with a prompt are compute-bound and slow, decode-only steps memory-bound and fast: the
+        mean step time is E_K[t_i(dec + lump)], not t_i(dec + P) (the roofline is convex).
+        P >= B: prefill-bound, every step full, r = B / I.
+    t_i(K) = stage i's step time for the lump (perf/stepmodel.py), with S = dec s context tokens
+        read and A = dec s + lump I / 2 attention pairs (decode over its context; prompts causally)
+    W   = sum_{i>0} E[(t_n(i) - t_{n+1}(i-1))^+]   a micro-batch waits behind the (independently
+        composed) batch ahead of it at every later stage: a prompt lump stalls the pipeline
+    tau = max(max_i E[t_i], (sum_i E[t_i] + W + H) / d)   seconds between micro-batch steps: the
+        slowest stage, or the round trip (H: hops) shared by d batches
+    X   = r O / tau                       output tokens/s;  h = X / O requests/s
+    TPOT = d tau                          seconds between a sequence's tokens at full load
     TTFT = o_r + sum over the prompt's chunks of the stage times + H, each chunk's step also
            carrying the micro-batch of the C - 1 other sequences' decode tokens (o_r: the
            per-request overhead; queueing for a slot is the SLO pass's business, not this one's)
+`fluid=True` is the earlier formula (every step carries b decode tokens and b I / O prompt tokens,
+no preemption, no waits), kept so the simulator's mechanics can be checked under its assumptions.
 
 Everything is per workload run alone at full load (seed 003's h_{c,w}); compose mixes workloads
 linearly through r_{c,w} / h_{c,w}.
@@ -27,6 +47,8 @@ import math
 from dataclasses import dataclass
 
 from hetcompile.perf.stepmodel import ReplicaModel
+
+MIX_POINTS = 24  # most distinct step compositions the mix keeps (merged by quantile past that)
 
 
 @dataclass(frozen=True)
@@ -42,22 +64,140 @@ class ChainEstimate:
     tpot_s: float
 
 
+@dataclass(frozen=True)
+class StepMix:
+    """What one micro-batch step carries on average (module docstring, "prefill lumps")."""
+
+    decode: float  # decode sequences per step
+    requests: float  # requests that start (and finish) per step: r
+    prompt: float  # mean prompt tokens per step: P = r I
+    lumps: tuple[tuple[float, float], ...]  # (probability, prompt tokens in the step)
+    prefill_bound: bool  # the chunk budget, not the KV cache, limits admissions
+
+
 def concurrency(rm: ReplicaModel, input_tokens: float, output_tokens: float) -> float:
     s = input_tokens + output_tokens / 2.0
     return max(min(float(rm.max_num_seqs), rm.kv_capacity_tokens / s), 1e-9)
 
 
-def decode_rate(rm: ReplicaModel, C: float, input_tokens: float, output_tokens: float) -> tuple[float, bool]:
-    """(X decode tokens/s at C sequences in flight, True if the slowest stage binds)."""
+def _poisson(mu: float) -> list[tuple[int, float]]:
+    """(k, P(K = k)) for K ~ Poisson(mu) over k within 8 standard deviations (mass kept whole)."""
+    lo, hi = max(0, int(mu - 8.0 * math.sqrt(mu) - 1)), int(mu + 8.0 * math.sqrt(mu) + 2)
+    logs = [k * math.log(mu) - mu - math.lgamma(k + 1) if mu > 0 else (0.0 if k == 0 else -math.inf)
+            for k in range(lo, hi + 1)]
+    out = [(k, math.exp(x)) for k, x in zip(range(lo, hi + 1), logs) if x > -40.0]
+    total = sum(p for _, p in out)
+    return [(k, p / total) for k, p in out]
+
+
+def _lumps(mu: float, size: float, cap: float) -> list[tuple[float, float]]:
+    """(probability, tokens) of min(K size, cap), K ~ Poisson(mu); at most MIX_POINTS points
+    (Poisson's many points merged by quantile where mu is large: the spread is then small)."""
+    pts: dict[float, float] = {}
+    for k, p in _poisson(mu):
+        v = min(k * size, cap)
+        pts[v] = pts.get(v, 0.0) + p
+    items = sorted(pts.items())
+    if len(items) <= MIX_POINTS:
+        return [(p, v) for v, p in items]
+    merged, acc, wsum = [], 0.0, 0.0
+    per = 1.0 / MIX_POINTS
+    for v, p in items:
+        acc += p
+        wsum += p * v
+        if acc >= per - 1e-12:
+            merged.append((acc, wsum / acc))
+            acc, wsum = 0.0, 0.0
+    if acc > 0:
+        merged.append((acc, wsum / acc))
+    return merged
+
+
+def _mean_lump(mu: float, size: float, cap: float) -> float:
+    return sum(p * v for p, v in _lumps(mu, size, cap))
+
+
+def step_mix(rm: ReplicaModel, b: float, input_tokens: float, output_tokens: float, kv_full: bool = False) -> StepMix:
+    """How prompts share the engine steps of a micro-batch of b sequences (module docstring).
+    `kv_full`: the KV cache binds, so decode growth preempts (recompute) as vLLM does."""
+    avail = max(1.0, rm.chunk_tokens - b)
+    chunks = math.ceil(input_tokens / avail - 1e-9)
+    steps = output_tokens - 1.0 + chunks  # a request occupies its slot for this many steps
+    if kv_full:
+        # each preemption (rate dec / (I + 1) per step) re-occupies a slot for `chunks` more steps
+        steps += (output_tokens - 1.0) * chunks / (input_tokens + 1.0)
+    r = b / steps
+    P = r * input_tokens + (r * (output_tokens - 1.0) if kv_full else 0.0)  # + recomputed prompts
+    if P >= avail * (1.0 - 1e-6):
+        r = avail / input_tokens
+        return StepMix(decode=r * (output_tokens - 1.0), requests=r, prompt=avail, lumps=((1.0, avail),),
+                       prefill_bound=True)
+    size = min(input_tokens, avail)
+    mu = P / size
+    if _mean_lump(mu, size, avail) < P * (1.0 - 1e-9):
+        # lumps past the budget spill into later steps: raise the lump rate until the work is kept
+        lo, hi = mu, mu * 2.0
+        while _mean_lump(hi, size, avail) < P:
+            lo, hi = hi, hi * 2.0
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if _mean_lump(mid, size, avail) < P else (lo, mid)
+        mu = hi
+    return StepMix(decode=r * (output_tokens - 1.0), requests=r, prompt=P,
+                   lumps=tuple(_lumps(mu, size, avail)), prefill_bound=False)
+
+
+def point_stage_times(rm: ReplicaModel, mix: StepMix, input_tokens: float, output_tokens: float) -> list[tuple[float, list[float]]]:
+    """(probability, t_i per stage) of each step composition: decode tokens read their contexts,
+    prompt tokens attend causally over their prompt."""
+    s = input_tokens + output_tokens / 2.0
+    return [(p, rm.stage_times(mix.decode + tokens, mix.decode * s, mix.decode * s + tokens * input_tokens / 2.0))
+            for p, tokens in mix.lumps]
+
+
+def mean_stage_times(points: list[tuple[float, list[float]]], depth: int) -> list[float]:
+    """E[t_i] over the step mix."""
+    return [sum(p * ts[i] for p, ts in points) for i in range(depth)]
+
+
+def overtake_wait(points: list[tuple[float, list[float]]], depth: int) -> float:
+    """Expected seconds a micro-batch waits, over its trip through the stages, behind the batch
+    launched just before it: batch n+1 reaches stage i after t_{n+1}(i-1) and finds it busy for
+    t_n(i) (consecutive batches independent draws of the mix); E[sum_i (t_n(i) - t_{n+1}(i-1))^+]."""
+    wait = 0.0
+    for i in range(1, depth):
+        for p, ahead in points:
+            for q, behind in points:
+                gap = ahead[i] - behind[i - 1]
+                if gap > 0:
+                    wait += p * q * gap
+    return wait
+
+
+def step_interval(rm: ReplicaModel, C: float, input_tokens: float, output_tokens: float,
+                  fluid: bool = False, kv_full: bool = False) -> tuple[float, StepMix, bool]:
+    """(tau: seconds between micro-batch steps, the step mix, True if the slowest stage binds).
+    `fluid`: every step carries b decode tokens and its even share b I / O of prompt tokens."""
     d = rm.depth
     b = C / d
-    s = input_tokens + output_tokens / 2.0
-    ratio = input_tokens / output_tokens
-    prompt = b * ratio
-    times = rm.stage_times(b + prompt, b * s, b * s + prompt * input_tokens / 2.0)
-    stage = b / max(times)
-    depth = C / (sum(times) + rm.hop_time(b * (1.0 + ratio)))
-    return min(stage, depth), stage <= depth
+    if fluid:
+        mix = StepMix(decode=b, requests=b / output_tokens, prompt=b * input_tokens / output_tokens,
+                      lumps=((1.0, b * input_tokens / output_tokens),), prefill_bound=False)
+    else:
+        mix = step_mix(rm, b, input_tokens, output_tokens, kv_full)
+    points = point_stage_times(rm, mix, input_tokens, output_tokens)
+    times = mean_stage_times(points, d)
+    stage = max(times)
+    wait = 0.0 if fluid else overtake_wait(points, d)
+    depth = (sum(times) + wait + rm.hop_time(mix.decode + mix.prompt)) / d
+    return max(stage, depth), mix, stage >= depth
+
+
+def decode_rate(rm: ReplicaModel, C: float, input_tokens: float, output_tokens: float) -> tuple[float, bool]:
+    """(X output tokens/s at C sequences in flight, True if the slowest stage binds)."""
+    tau, mix, stage = step_interval(rm, C, input_tokens, output_tokens,
+                                    kv_full=C >= concurrency(rm, input_tokens, output_tokens) and C < rm.max_num_seqs)
+    return mix.requests * output_tokens / tau, stage
 
 
 def prefill_time(rm: ReplicaModel, prompt_tokens: float, others: float = 0.0, context: float = 0.0) -> float:
@@ -79,14 +219,21 @@ def prefill_rate(rm: ReplicaModel) -> float:
     return n / max(rm.stage_times(n, 0.0, n * n / 2.0))
 
 
-def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, max_concurrency: float | None = None) -> ChainEstimate:
-    """The module docstring's formulas; `max_concurrency` caps C below the engine's (SLO sizing)."""
+def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, max_concurrency: float | None = None,
+                   fluid: bool = False) -> ChainEstimate:
+    """The module docstring's formulas; `max_concurrency` caps C below the engine's (SLO sizing);
+    `fluid` spreads the prompt tokens evenly over the steps (the pre-lump formula, kept for the
+    simulator's mechanics check)."""
     C = concurrency(rm, input_tokens, output_tokens)
     kv_bound = C < rm.max_num_seqs
     if max_concurrency is not None and max_concurrency < C:
         C, kv_bound = max(max_concurrency, 1e-9), False
-    X, stage_bound = decode_rate(rm, C, input_tokens, output_tokens)
-    if not kv_bound and C >= rm.max_num_seqs:
+    tau, mix, stage_bound = step_interval(rm, C, input_tokens, output_tokens, fluid, kv_bound)
+    X = mix.requests * output_tokens / tau
+    if mix.prefill_bound:
+        C = mix.requests * (output_tokens - 1.0 + math.ceil(input_tokens / max(1.0, rm.chunk_tokens - C / rm.depth) - 1e-9)) * rm.depth
+        binding = "bottleneck-stage" if stage_bound else "depth"
+    elif not kv_bound and C >= rm.max_num_seqs:
         binding = "max-num-seqs"
     else:
         binding = "bottleneck-stage" if stage_bound else "depth"
@@ -94,7 +241,7 @@ def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, 
         concurrency=C, decode_tokens_per_s=X, prefill_tokens_per_s=prefill_rate(rm),
         requests_per_s=X / output_tokens if X > 0 and math.isfinite(X) else 0.0, binding=binding,
         ttft_s=prefill_time(rm, input_tokens, max(C - 1.0, 0.0) / rm.depth, input_tokens + output_tokens / 2.0),
-        tpot_s=C / X,
+        tpot_s=rm.depth * tau,
     )
 
 

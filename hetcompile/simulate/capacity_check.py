@@ -5,11 +5,13 @@ offered Poisson arrivals of that workload alone at 1.3x the formula's h_{c,w}, f
 lifetimes (TTFT + O x TPOT of the formula); completions per second after the first 30% are the
 simulated capacity. Shared by tests/test_simulate.py and bench/simulate_capacity.py.
 
-`fluid=True` replays the formula's own assumptions, to check the simulator's mechanics apart from
-them: the KV cache holds C sequences at full length (no preemption) and the step budget is
-b (1 + I/O) tokens, so every engine step carries its even share of prompt tokens as the formula's
-steady state does. By default the replica is as the plan has it (vLLM's chunked prefill: a whole
-chunk of up to `chunk_tokens` in one step, and recompute preemption when the KV cache is full).
+By default the replica is as the plan has it (vLLM's chunked prefill: a whole chunk of up to
+`chunk_tokens` in one step, and recompute preemption when the KV cache is full), against
+perf/capacity.py's formula, which models both (prefill lumps, preemption, overtake waits).
+`fluid=True` replays the older fluid formula's assumptions (`chain_capacity(fluid=True)`), to check
+the simulator's mechanics apart from them: the KV cache holds C sequences at full length (no
+preemption) and the step budget is b (1 + I/O) tokens, so every engine step carries its even share
+of prompt tokens.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def capacity_cases(plan: PlanDoc, seed: int = 0, fluid: bool = False) -> list[Ca
             I, O = max(1, round(w.input_tokens)), max(1, round(w.output_tokens))
             if fluid:
                 rm = fluid_model(r.step_model, I, O)
-            est = chain_capacity(rm, I, O)
+            est = chain_capacity(rm, I, O, fluid=fluid)
             duration = LIFETIMES * (est.ttft_s + O * est.tpot_s)
             sim = saturation_throughput(rm, I, O, OVERLOAD * est.requests_per_s, duration, seed)
             out.append(CapacityCase(plan.plan, r.id, w.name, rm.depth, est.binding, est.requests_per_s, sim))
