@@ -28,6 +28,9 @@ def _env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     env["HETCOMPILE_SRC"] = str(wheel)
+    env["HF_TOKEN"] = "hf_stub"
+    for k in ("HC_VLLM_API_KEY", "HC_ROUTER_TOKEN"):
+        env.pop(k, None)
     return env
 
 
@@ -190,7 +193,7 @@ def test_router_gets_a_generated_token_as_a_managed_secret(tmp_path: Path) -> No
 
     out = _build(tmp_path)
     task = yaml.safe_load((out / "sky" / "router.yaml").read_text())
-    assert task["secrets"] == {"HC_ROUTER_TOKEN": None}
+    assert task["secrets"] == {"HC_ROUTER_TOKEN": None, "HC_VLLM_API_KEY": None}
     assert "--auth-token-env HC_ROUTER_TOKEN" in task["run"]
     env = _env(tmp_path)
     env.pop("HC_ROUTER_TOKEN", None)
@@ -198,4 +201,45 @@ def test_router_gets_a_generated_token_as_a_managed_secret(tmp_path: Path) -> No
     token = (out / "router.token").read_text().strip()
     assert len(token) >= 40 and (out / "router.token").stat().st_mode & 0o077 == 0
     router = [c for c in _calls(tmp_path) if c[:1] == ["launch"] and "three-regions-router" in c]
-    assert router and router[0][-2:] == ["--secret", "HC_ROUTER_TOKEN"] and token not in " ".join(router[0])
+    assert router and router[0][-4:] == ["--secret", "HC_ROUTER_TOKEN", "--secret", "HC_VLLM_API_KEY"]
+    assert token not in " ".join(router[0])
+
+
+def test_replicas_require_a_generated_api_key(tmp_path: Path) -> None:
+    """Every replica task takes HC_VLLM_API_KEY as a managed secret and refuses to start without
+    it; deploy.sh generates it once (mode 600), passes it by name only, and the routing table
+    tells the router to send it upstream."""
+    import yaml
+
+    out = _build(tmp_path)
+    for f in sorted((out / "sky").glob("r[0-9]*.yaml")):
+        for task in yaml.safe_load_all(f.read_text()):
+            if "run" not in task:
+                continue  # a job group's header
+            assert task["secrets"] == {"HF_TOKEN": None, "HC_VLLM_API_KEY": None}
+            # the task's run stops before vLLM starts when the secret did not arrive
+            p = subprocess.run(["bash", "-c", task["run"]], env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+                               capture_output=True, text=True)
+            assert p.returncode != 0 and "HC_VLLM_API_KEY is not set" in p.stderr
+    routing = json.loads((out / "router" / "routing.json").read_text())
+    assert {r["api_key_env"] for r in routing["replicas"]} == {"HC_VLLM_API_KEY"}
+    env = _env(tmp_path)
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    key = (out / "vllm.key").read_text().strip()
+    assert len(key) >= 40 and (out / "vllm.key").stat().st_mode & 0o077 == 0
+    launches = [c for c in _calls(tmp_path) if c[:1] == ["launch"]]
+    assert launches and all(c[c.index("--secret", c.index("--secret") + 1) + 1] == "HC_VLLM_API_KEY" for c in launches)
+    assert all(key not in " ".join(c) for c in _calls(tmp_path))
+    # a re-run keeps the same key (running replicas hold it)
+    subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, cwd=tmp_path, check=True)
+    assert (out / "vllm.key").read_text().strip() == key
+
+
+def test_deploy_refuses_to_start_without_hf_token(tmp_path: Path) -> None:
+    out = _build(tmp_path)
+    env = _env(tmp_path)
+    env.pop("HF_TOKEN")
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2 and "set HF_TOKEN" in p.stderr
+    assert not (tmp_path / "sky-state" / "calls.jsonl").exists()

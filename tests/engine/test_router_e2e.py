@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -32,11 +34,11 @@ def _json(url: str) -> dict:
 
 
 @contextlib.contextmanager
-def router_process(table: Path, port: int, log: Path):
+def router_process(table: Path, port: int, log: Path, env: dict[str, str] | None = None):
     cmd = [sys.executable, "-m", "hetcompile.router", "--table", str(table), "--port", str(port),
            "--policy", "kv-aware", "--health-interval", "0.5"]
     with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})})
     try:
         deadline = time.monotonic() + 60  # startup guard, not a performance assertion
         while True:
@@ -71,12 +73,13 @@ def test_router_in_front_of_two_real_replicas(tmp_path: Path) -> None:
     served = plan["replicas"][0]["served_name"]
     model = make_tiny_model(tmp_path / "tiny")
     ports = {rid: free_port() for rid in ids}
+    key = {"HC_VLLM_API_KEY": "test-replica-key"}  # as the SkyPilot secret delivers it
 
     with contextlib.ExitStack() as stack:
         bases = {}
         replica_ctx = {}
         for rid in ids:
-            ctx = launch(out / "vllm" / rid / "node0.sh", port=ports[rid], model=model, log=tmp_path / f"{rid}.log")
+            ctx = launch(out / "vllm" / rid / "node0.sh", port=ports[rid], model=model, env=key, log=tmp_path / f"{rid}.log")
             bases[rid] = stack.enter_context(ctx)
             replica_ctx[rid] = ctx
         table = out / "router" / "routing.json"
@@ -84,8 +87,13 @@ def test_router_in_front_of_two_real_replicas(tmp_path: Path) -> None:
             [sys.executable, "-m", "hetcompile.cli", "fill-endpoints", str(table), *(f"{r}={bases[r]}" for r in ids), "--in-place"],
             check=True, cwd=ROOT,
         )
+        # the replicas' OpenAI routes need the key; /health (and so the launcher's probe) does not
+        for rid in ids:
+            with pytest.raises(urllib.error.HTTPError) as denied:
+                urllib.request.urlopen(f"{bases[rid]}/v1/models", timeout=10)
+            assert denied.value.code == 401
         rport = free_port()
-        base = stack.enter_context(router_process(table, rport, tmp_path / "router.log"))
+        base = stack.enter_context(router_process(table, rport, tmp_path / "router.log", env=key))
         status = lambda: _json(f"{base}/admin/status")["replicas"]  # noqa: E731
         _wait(lambda: all(r["healthy"] and r["observed_kv_usage"] is not None for r in status().values()),
               "the router to poll both replicas' /health and vLLM /metrics")

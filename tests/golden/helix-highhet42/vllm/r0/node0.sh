@@ -7,6 +7,9 @@ MODEL=meta-llama/Llama-2-70b-chat-hf
 MODEL="${HC_MODEL:-$MODEL}"
 HOST="${HC_HOST:-0.0.0.0}"
 PORT="${HC_PORT:-8000}"
+# /v1/* needs this bearer key (vLLM reads VLLM_API_KEY as it reads --api-key; the env keeps the key
+# out of `ps`); the SkyPilot task refuses to start without it, local runs may leave it unset
+if [ -n "${HC_VLLM_API_KEY:-}" ]; then export VLLM_API_KEY="$HC_VLLM_API_KEY"; fi
 MASTER_ADDR="${HC_MASTER_ADDR:?set HC_MASTER_ADDR to the address of node 0}"
 export VLLM_PP_LAYER_PARTITION="12,12,12,12,3,3,2,4,4,4,4,4,4"
 exec vllm serve "$MODEL" \
