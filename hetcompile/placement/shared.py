@@ -6,8 +6,10 @@ Pipeline (each step reports status / objective / bound / gap / time; time comes 
      with the forced-crossing certificate when no region alone can hold a pipeline
   3. blocks: price-and-branch between incumbent and bound (blocks.py); where inter-region links
      bind, region segments with fans at the crossings (segments.py)
-  4. group-count MILP (milp_shared.py), warm-started from the best placement and capped by the
-     bound, only while the gap exceeds the caller's mip_gap and time is left
+  4. MILP, warm-started from the best placement and capped by the bound, only while the gap
+     exceeds the caller's mip_gap and time is left: the group-count model (milp_shared.py), or,
+     where links bind on a small cluster, the node-level model (milp_nodes.py) whose objective is
+     the max flow of its placement (the group model's pair rows are only a restriction there)
   5. disaggregation to concrete nodes (+ node swaps where links bind); exact flow by networkx
 The reported flow is always the exact max flow of the returned placement; the bound is the
 smallest valid one (pattern LP, MILP dual bound); a timeout returns the best incumbent and its gap.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import time
 
 from hetcompile.passes.solve import SolverOptions, solve
-from hetcompile.placement import heuristics
+from hetcompile.placement import heuristics, milp_nodes
 from hetcompile.placement.blocks import BlockSearch, realize
 from hetcompile.placement.bound import Crossing, PatternBound, fixed_point_bound
 from hetcompile.placement.evaluate import edge_flows, helix_flow, shared_depth_aware
@@ -137,23 +139,35 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
         record("segments", "feasible" if seg else "no-solution", seg.flow_target if seg else None, bound,
                time.perf_counter() - ts)
 
+    exact_nodes = bool(net.binding) and not partial and milp_nodes.pair_vars(p) <= milp_nodes.MAX_PAIR_VARS
     if (_gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap) and left() > 1.0:
         ts = time.perf_counter()
-        st = shared_tables(tables, net, L, bound, partial)
-        m = build_model(st)
         val, flow = helix_flow(p, inc.units, partial=partial)
-        warm_start(m, st, inc.units, flow, val)
+        if exact_nodes:  # binding links on a small cluster: one flow per node pair, objective = max flow
+            nt = milp_nodes.node_tables(p, tables, bound)
+            m = milp_nodes.build_model(nt)
+            warm = milp_nodes.warm_start(m, nt, inc.units, flow, val)
+            name = "place-shared-nodes-milp"
+        else:
+            st = shared_tables(tables, net, L, bound, partial)
+            m = build_model(st)
+            warm_start(m, st, inc.units, flow, val)
+            warm, name = True, "place-shared-milp"
         opts = SolverOptions(time_limit_s=max(0.2, left()), mip_gap=options.mip_gap, threads=options.threads,
-                             seed=options.seed)
+                             seed=options.seed, node_limit=options.node_limit)
         build_s = time.perf_counter() - ts
-        res = solve(m, opts, name="place-shared-milp", warm_start=True)
+        res = solve(m, opts, name=name, warm_start=warm)
         if res.has_solution:
-            units = units_from_intervals(p, tables, extract_intervals(m, st))
-            v, _ = helix_flow(p, units, partial=partial)
-            if net.binding:
-                units, v = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, min(reserve, 5.0)))
+            if exact_nodes:
+                units = milp_nodes.extract_units(m, nt, tables)
+                v, _ = helix_flow(p, units, partial=partial)
+            else:
+                units = units_from_intervals(p, tables, extract_intervals(m, st))
+                v, _ = helix_flow(p, units, partial=partial)
+                if net.binding:
+                    units, v = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, min(reserve, 5.0)))
             inc.offer(units, v, "milp")
-        if res.bound is not None and not net.binding:  # with binding links the MILP is a restriction
+        if res.bound is not None and (exact_nodes or not net.binding):  # the group model is a restriction where links bind
             bound = min(bound, res.bound)
         solves.append(SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, res.time_s + build_s))
 
