@@ -3,22 +3,27 @@
 State: a set of chains (each with one TP) and the nodes' modes (a node runs whole, or cut into
 G / t slices of TP t; its slices may serve different chains). Value: the sum over chains of the
 objective's chain value, each at its best split (splits.py): depth-aware capacity or Helix's
-bottleneck T. First-improvement moves, repeated until none improves or time runs out:
+bottleneck T. Moves (steepest improvement on small pools, first improvement on large ones),
+repeated until none improves or the work budget (one unit per neighbour evaluated, budget.py)
+is spent:
     drop a slot, move a slot to another chain, swap slots of two groups between chains,
     add a free slot (a free node may take any TP it has a profile for), open a new chain
-    from free slots (greedy, fastest per layer first)
-Seeds come from the chain MILP, per-group pipelines and the greedy opener. With time left, an
+    from free slots (greedy, fastest per layer first); and moves that change two things at once:
+    merge two chains (and drop a slot), replace a slot by a free one, add two free slots,
+    re-cut a chain's nodes at another TP (whole <-> slices)
+Seeds come from the chain MILP, per-group pipelines and the greedy opener. With work left, an
 iterated local search kicks the best state (a few random slot swaps between chains of one TP,
-a merge of two of them, or a cut of one in two; seeded RNG) and descends again, keeping the better state, until `patience` kicks in a row fail.
+a merge of two of them, or a cut of one in two; seeded RNG) and descends again, keeping the
+better state, until `patience` kicks in a row fail.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-import time
 from collections.abc import Callable
 
+from hetcompile.placement.budget import Budget
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.splits import Slot, depth_split, helix_split, profile
 
@@ -113,7 +118,7 @@ class ChainSearch:
         return None
 
     # -- search ------------------------------------------------------------------------------
-    def improve(self, chains: list[Chain], deadline: float) -> list[Chain]:
+    def improve(self, chains: list[Chain], budget: Budget) -> list[Chain]:
         """Hill climbing: steepest ascent while the state has at most STEEPEST_MAX_SLOTS slots (first
         improvement is biased by the order of the moves: after a kick it often just undoes it),
         first improvement on larger pools."""
@@ -123,19 +128,21 @@ class ChainSearch:
         best = self.value(chains)
         tps = sorted({t for _, _, ts in self.modes.values() for t in ts})
         steepest = sum(G for _, G, _ in self.modes.values()) <= STEEPEST_MAX_SLOTS
-        while time.perf_counter() < deadline:
-            found = None
+        while True:
+            found, out_of_work = None, False
             for trial in self._neighbours(chains, tps):
-                if time.perf_counter() > deadline:
+                if not budget.take():
+                    out_of_work = True
                     break
                 val = self.value(trial)
                 if val > (found[1] if found else best * (1 + 1e-9) + 1e-9):
                     found = (trial, val)
                     if not steepest:
                         break
-            if found is None:
+            if found is not None:
+                chains, best = found
+            if found is None or out_of_work:
                 break
-            chains, best = found
         return [c for c in chains if self.split(c)[0] > 0]
 
     def _neighbours(self, chains: list[Chain], tps: list[int]):
@@ -217,16 +224,16 @@ class ChainSearch:
                     continue
                 yield rest + [order_slots(p, [s for nd in nodes for s in slots_of(p, nd, t)])]
 
-    def iterate(self, chains: list[Chain], deadline: float, *, seed: int = 0, patience: int = 60) -> list[Chain]:
-        """Iterated local search from a local optimum (deterministic for a given time budget)."""
+    def iterate(self, chains: list[Chain], budget: Budget, *, seed: int = 0, patience: int = 60) -> list[Chain]:
+        """Iterated local search from a local optimum (deterministic: seeded kicks, work budget)."""
         rng = random.Random(seed)
         best, best_val = chains, self.value(chains)
         fails = 0
-        while fails < patience and time.perf_counter() < deadline:
+        while fails < patience and budget.left > 0 and not budget.timed_out:
             trial = self._kick(best, rng)
             if trial is None:
                 break
-            trial = self.improve(trial, deadline)
+            trial = self.improve(trial, budget)
             val = self.value(trial)
             if val > best_val * (1 + 1e-9):
                 best, best_val, fails = trial, val, 0

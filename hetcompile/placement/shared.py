@@ -31,6 +31,8 @@ from hetcompile.placement.result import PlacementResult, SolveRecord, StageUnit
 from hetcompile.placement.segments import SegmentSearch, realize_segments
 from hetcompile.placement.tables import group_tables, network
 
+MILP_NODES = 100  # branch-and-bound nodes of the placement MILP (at most the spec's solver.node_limit)
+
 
 class Incumbent:
     """Best placement so far (exact flow), with where it came from."""
@@ -88,6 +90,7 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
     net = network(p)
     inc = Incumbent()
     solves: list[SolveRecord] = []
+    capped = False  # a wall-clock cap, not convergence or a work budget, ended some step
 
     def record(name: str, status: str, obj: float | None, bnd: float | None, t: float) -> None:
         solves.append(SolveRecord(name, status, obj, bnd, _gap(obj or 0.0, bnd), t))
@@ -109,15 +112,18 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
     bound = min(fixed_point_bound(tables, L), coord)
     record("fixed-point-bound", "bound", None, bound, time.perf_counter() - ts)
     if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
-        pb = PatternBound(tables, L, forced_crossing(tables, net, L)).bound(inc.value, bound, time_limit_s=max(0.5, 0.25 * left()),
+        cap = max(0.5, 0.25 * left())
+        pb = PatternBound(tables, L, forced_crossing(tables, net, L)).bound(inc.value, bound, time_limit_s=cap,
                                            rel_tol=max(1e-6, min(2e-4, options.mip_gap / 10)))
+        capped |= pb.time_s >= 0.95 * cap
         bound = min(bound, pb.value)
         record("pattern-bound", "bound", None, bound, pb.time_s)
 
     if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
         ts = time.perf_counter()
-        sol = BlockSearch(tables, L).search(inc.value, bound, time_limit_s=max(0.5, 0.3 * left()),
-                                            rel_tol=max(options.mip_gap / 4, 1e-4))
+        cap = max(0.5, 0.3 * left())
+        sol = BlockSearch(tables, L).search(inc.value, bound, time_limit_s=cap, rel_tol=max(options.mip_gap / 4, 1e-4))
+        capped |= time.perf_counter() - ts >= 0.95 * cap
         if sol is not None:
             ids = [list(p.groups[t.gi].ids) for t in tables]
             units = list(realize(tables, sol, ids))
@@ -130,8 +136,10 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
 
     if net.binding and (_gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap):
         ts = time.perf_counter()
+        cap = max(0.5, 0.3 * left())
         seg = SegmentSearch(tables, L, representative_pair_caps(p, net)).search(
-            inc.value, bound, time_limit_s=max(0.5, 0.3 * left()), rel_tol=max(options.mip_gap / 4, 1e-4))
+            inc.value, bound, time_limit_s=cap, rel_tol=max(options.mip_gap / 4, 1e-4))
+        capped |= time.perf_counter() - ts >= 0.95 * cap
         if seg is not None:
             units = realize_segments(tables, seg, [list(p.groups[t.gi].ids) for t in tables])
             units, val = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, 0.1 * left()))
@@ -140,7 +148,7 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
                time.perf_counter() - ts)
 
     exact_nodes = bool(net.binding) and not partial and milp_nodes.pair_vars(p) <= milp_nodes.MAX_PAIR_VARS
-    if (_gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap) and left() > 1.0:
+    if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
         ts = time.perf_counter()
         val, flow = helix_flow(p, inc.units, partial=partial)
         if exact_nodes:  # binding links on a small cluster: one flow per node pair, objective = max flow
@@ -154,7 +162,7 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
             warm_start(m, st, inc.units, flow, val)
             warm, name = True, "place-shared-milp"
         opts = SolverOptions(time_limit_s=max(0.2, left()), mip_gap=options.mip_gap, threads=options.threads,
-                             seed=options.seed, node_limit=options.node_limit)
+                             seed=options.seed, node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
         build_s = time.perf_counter() - ts
         res = solve(m, opts, name=name, warm_start=warm)
         if res.has_solution:
@@ -170,6 +178,7 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
         if res.bound is not None and (exact_nodes or not net.binding):  # the group model is a restriction where links bind
             bound = min(bound, res.bound)
         solves.append(SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, res.time_s + build_s))
+        capped |= res.limit == "time"
 
     val, flow = helix_flow(p, inc.units, partial=partial)
     da = shared_depth_aware(p, inc.units, partial)
@@ -178,5 +187,7 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
         problem_name=p.name, mode="shared", objective=objective, units=tuple(sorted(inc.units, key=lambda u: (u.start, u.unit))),
         chains=(), edge_flows=edge_flows(flow), helix_flow=val, depth_aware_capacity=da, bound=bound,
         gap=_gap(val, bound), incumbent_source=inc.source, solves=tuple(solves), time_s=time.perf_counter() - t0,
-        partial_inference=partial, problem=p,
+        partial_inference=partial, problem=p, machine_dependent=capped,
+        notes=("stopped by the wall-clock cap before its work budget: this placement may differ on a faster or "
+               "slower machine",) if capped else (),
     )
