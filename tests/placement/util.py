@@ -42,13 +42,15 @@ def problem(
 
 
 def brute_force_shared(p: PlacementProblem) -> float:
-    """Max Helix flow over every placement (nodes of a group interchangeable: multisets)."""
+    """Max Helix flow over every placement (nodes of a group interchangeable unless node links differ)."""
     L = p.num_layers
     per_group = []
     for gi, g in enumerate(p.groups):
         K = g.native.max_layers
         opts = [None] + [(a, a + k) for k in range(1, K + 1) for a in range(0, L - k + 1)]
-        per_group.append([(gi, c) for c in itertools.combinations_with_replacement(opts, g.count)])
+        # nodes of a group are interchangeable only without per-node links: multisets, else every tuple
+        choices = itertools.product(opts, repeat=g.count) if p.node_links else itertools.combinations_with_replacement(opts, g.count)
+        per_group.append([(gi, c) for c in choices])
     best = 0.0
     for combo in itertools.product(*per_group):
         units = []
