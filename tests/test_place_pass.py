@@ -207,3 +207,26 @@ def test_rates_lp_matches_a_hand_solution():
     # r1 takes 2/s of batch; r0 splits: theta/4 + (theta - 2)/1 <= 1 -> theta = 2.4
     assert theta == pytest.approx(2.4, rel=1e-6)
     assert sum(v for (r, w), v in x.items() if w == "chat") == pytest.approx(2.4, rel=1e-6)
+
+
+def test_mixed_replan_never_reuses_a_replica_id(tmp_path):
+    """Replanning (`--previous`): a placed chain keeps a running replica's id only on exactly its
+    nodes; every other replica takes an id at or above the previous plan's next_replica (the old
+    pass numbered chains r0, r1, ... and so gave a retired replica's id, hence its cluster name, to
+    a different replica)."""
+    from hetcompile.backends.emit import write
+
+    spec = write_spec(tmp_path)
+    write(compile_spec(spec).ir, tmp_path / "old")
+    prev = json.loads((tmp_path / "old" / "plan.json").read_text())
+    prev["next_replica"] = 7
+    (tmp_path / "prev.json").write_text(json.dumps(prev))
+    ir = compile_spec(spec, previous=tmp_path / "prev.json").ir
+    nodes_of = {r["id"]: [s["node"] for s in r["stages"]] for r in prev["replicas"]}
+    assert ir.replicas
+    for r in ir.replicas:
+        if r.id in nodes_of:
+            assert [s.node for s in r.stages] == nodes_of[r.id]
+        else:
+            assert int(r.id[1:]) >= 7
+    assert len({r.id for r in ir.replicas}) == len(ir.replicas)

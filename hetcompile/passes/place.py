@@ -22,7 +22,9 @@ uses are dropped. Every placement's flow is re-checked with networkx (`Placement
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hetcompile import placement
 from hetcompile.backends.canon import natural_key
@@ -180,7 +182,28 @@ def chain_nodes(pool: dict[str, Node], res: PlacementResult) -> dict[str, Node]:
 def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, ...], ctx: PassContext) -> Problem:
     cfg = ir.placement
     opts = SolverOptions(time_limit_s=ir.solver.time_limit_s, mip_gap=ir.solver.mip_gap, threads=ir.solver.threads,
-                         seed=ir.solver.seed)
+                         seed=ir.solver.seed, node_limit=ir.solver.node_limit)
+    # the spec's time limit is one wall-clock cap for all of the pass's placement solves: each
+    # takes an equal share of what is left (work budgets, not this cap, should end them)
+    t0 = time.perf_counter()
+    solves_left = [len(ir.models) * (2 if cfg.compare_shared else 1)]
+
+    def capped_opts() -> SolverOptions:
+        left = ir.solver.time_limit_s - (time.perf_counter() - t0)
+        share = max(0.5, left / max(1, solves_left[0]))
+        solves_left[0] -= 1
+        return replace(opts, time_limit_s=share)
+
+    machine_dependent = False
+    # replanning: ids the previous plan ran or retired are never reused (next_replica and up are free)
+    taken = {pr.id for pr in ir.previous.replicas} if ir.previous else set()
+    next_rid = [ir.previous.next_replica if ir.previous else 0]
+
+    def fresh_rid(used: set[str]) -> str:
+        while f"r{next_rid[0]}" in taken or f"r{next_rid[0]}" in used:
+            next_rid[0] += 1
+        next_rid[0] += 1
+        return f"r{next_rid[0] - 1}"
     node_by_id = {n.id: n for n in nodes}
     single_model = len({w.model for w in ir.workloads}) == 1
     spare = idle_owned(ir, nodes) if single_model else []
@@ -194,21 +217,34 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
         mine = [r for r in replicas if r.model == m.name]
         pool = [node_by_id[s.node] for r in mine for s in r.stages] + spare
         pp = placement_problem(ir, m.name, pool)
-        res = placement.place(pp, mode="chains", objective=cfg.objective, options=opts) if pp.groups else None
+        res = placement.place(pp, mode="chains", objective=cfg.objective, options=capped_opts()) if pp.groups else None
         shared = None
         if res is not None:
             res.verify(pp)  # raises PassError when networkx's max flow disagrees with the reported flow
+            machine_dependent |= res.machine_dependent
             if cfg.compare_shared:
-                shared = placement.place(pp, mode="shared", objective=cfg.objective, options=opts,
+                shared = placement.place(pp, mode="shared", objective=cfg.objective, options=capped_opts(),
                                          partial_inference=cfg.partial_inference)
                 shared.verify(pp)
+                machine_dependent |= shared.machine_dependent
+        else:
+            solves_left[0] -= 2 if cfg.compare_shared else 1
         demand = {w.name: w.demand for w in ws}
         units_c = compose_units(pp, mine)
         ests_c = {rid: chain_estimate(pp, u, ws) for rid, u in units_c.items()}
         theta_c, _ = max_scale({k: dict(e.throughput_rps) for k, e in ests_c.items()}, demand, opts, name="place-rates")
         da_c = sum(chain_eval(pp, u).capacity for u in units_c.values())
         chains = list(res.chains) if res is not None else []
-        rid_of = {c.id: f"r{len(out) + i}" for i, c in enumerate(chains)}
+        if ir.previous is None:
+            rid_of = {c.id: f"r{len(out) + i}" for i, c in enumerate(chains)}
+        else:  # a chain on exactly the nodes of a running replica keeps its id; any other gets a fresh one
+            in_use = {r.id for r in out} | {r.id for r in replicas}
+            running = {(pr.model, tuple(pr.nodes)): pr.id for pr in ir.previous.replicas}
+            rid_of = {}
+            for c in chains:
+                same = running.get((m.name, tuple(slice_id(u.unit) for u in c.stages)))
+                rid_of[c.id] = same if same is not None and same not in in_use else fresh_rid(in_use)
+                in_use.add(rid_of[c.id])
         ests_p = {rid_of[c.id]: chain_estimate(pp, c.stages, ws) for c in chains}
         theta_p, x_p = max_scale({k: dict(e.throughput_rps) for k, e in ests_p.items()}, demand, opts, name="place-rates")
         kept = "placement" if theta_p > theta_c * (1 + 1e-6) else "compose"
@@ -227,7 +263,17 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
                                    stages=stages, dtype="bfloat16", estimate=ests_p[rid]))
             lp[m.name] = (theta_p, x_p)
         else:
-            kept_reps = [r.model_copy(update={"id": f"r{len(out) + i}"}) for i, r in enumerate(mine)]
+            # only replicas that run by the spec's own layer profiles (compose_units left the others
+            # out of theta_c): keeping them would emit a stage that holds more layers than fit
+            runnable = [r for r in mine if r.id in units_c]
+            dropped = sorted(r.id for r in mine if r.id not in units_c)
+            if dropped:
+                notes.append(f"{m.name}: compose's replicas {', '.join(dropped)} hold more layers on a stage than the "
+                             "layer profiles allow; dropped")
+            if ir.previous is None:
+                kept_reps = [r.model_copy(update={"id": f"r{len(out) + i}"}) for i, r in enumerate(runnable)]
+            else:  # materialize already gave them ids that honour the previous plan
+                kept_reps = list(runnable)
             for r in kept_reps:
                 final_nodes.update({s.node: node_by_id[s.node] for s in r.stages})
             out += kept_reps
@@ -259,6 +305,9 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
         objective, bound, gap = res.value, res.bound, res.gap
         if res.gap is None or res.gap > ir.solver.mip_gap:
             status = "feasible"
+    if machine_dependent:
+        notes.append(f"placement stopped at the wall-clock cap (solver.time_limit {ir.solver.time_limit_s:g} s for all "
+                     "placement solves) before its work budgets: this plan may differ on a faster or slower machine")
     report = PassReport(name="place", status=status, time_s=0.0, objective=objective, bound=bound, gap=gap, notes=tuple(notes))
     return ir.model_copy(update={
         "nodes": tuple(sorted(final_nodes.values(), key=lambda n: (n.region, n.gpu, natural_key(n.id)))),

@@ -4,10 +4,14 @@ What vLLM 0.33 runs: a replica is a pipeline; each stage feeds exactly one next 
 same on every stage; the KV capacity is the minimum over the stages. Multi-GPU nodes may be cut
 into TP slices so that a mixed chain has one TP (`<node>#<j>` units on GPUs j*t..j*t+t-1).
 
-Steps (time from the caller's SolverOptions):
+Steps (work budgets decide where they stop; the caller's time limit is only a wall-clock cap,
+and a result it cut short says so in `notes` and `machine_dependent`):
   1. seeds: per-group pipelines (each group at its best TP), the greedy opener
-  2. the chain-level MILP (chains_milp.py): Helix flow of chains, with its dual bound
+  2. the chain-level MILP (chains_milp.py): Helix flow of chains, with its dual bound; stops at
+     MILP_NODES branch-and-bound nodes (or the spec's smaller solver.node_limit); for the
+     depth-aware objective (where it is only a seed) skipped above MILP_MAX_VARS variables
   3. local search from every seed, then iterated local search from the best (chains_search.py),
+     SEARCH_WORK neighbour evaluations in all,
      for the objective: `depth-aware` (default) or `helix`
   4. per chain: layer split, depth, C, micro-batch, capacity and binding term (evaluate.py)
 The Helix-semantics flow of the result is recomputed by networkx on the chain edges only.
@@ -19,6 +23,7 @@ import time
 
 from hetcompile.passes.solve import SolverOptions, solve
 from hetcompile.placement import chains_milp
+from hetcompile.placement.budget import Budget
 from hetcompile.placement.chains_search import Chain, ChainSearch, order_slots, slots_of
 from hetcompile.placement.evaluate import chain_eval, edge_flows, helix_flow
 from hetcompile.placement.heuristics import group_chains
@@ -26,6 +31,10 @@ from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.result import ChainInfo, PlacementResult, SolveRecord
 from hetcompile.placement.splits import stages_from_split
 from hetcompile.placement.tables import group_tables, network
+
+SEARCH_WORK = 20_000  # neighbour evaluations per placement (local searches 30%, iterated search the rest)
+MILP_NODES = 100  # branch-and-bound nodes of the chain MILP (at most the spec's solver.node_limit)
+MILP_MAX_VARS = 3_000  # larger chain MILPs are skipped for the depth-aware objective (only a seed there, no bound)
 
 
 def per_group_chains(p: PlacementProblem) -> list[Chain]:
@@ -53,14 +62,18 @@ def _best_group_modes(p: PlacementProblem):
     return [(gi, tp, splits) for gi, (_, tp, splits) in sorted(best.items())]
 
 
-def milp_chains(p: PlacementProblem, options: SolverOptions, seed: list[Chain], search: ChainSearch):
-    """Solve the chain-level MILP; returns (chains, SolveRecord, bound)."""
+def milp_chains(p: PlacementProblem, options: SolverOptions, seed: list[Chain], search: ChainSearch, *,
+                max_vars: int | None = None):
+    """Solve the chain-level MILP; returns (chains, SolveRecord, bound, the budget that stopped it)."""
     tables = group_tables(p, split=True)
     ct = chains_milp.chain_tables(tables, network(p), p.num_layers)
     if not ct.keys:
-        return [], SolveRecord("place-chains-milp", "infeasible", None, 0.0, None, 0.0), 0.0
+        return [], SolveRecord("place-chains-milp", "infeasible", None, 0.0, None, 0.0), 0.0, None
     ts = time.perf_counter()
     m = chains_milp.build_model(ct)
+    if max_vars is not None and m.nvariables() > max_vars:
+        # its root alone outlasts any sensible cap on large pools, and node limits cannot stop a root
+        return [], SolveRecord("place-chains-milp", "skipped", None, None, None, time.perf_counter() - ts), None, None
     warm = chains_milp.warm_start(m, ct, [_as_level(p, tables, c, search) for c in seed]) if seed else False
     res = solve(m, options, name="place-chains-milp", warm_start=bool(warm))
     chains: list[Chain] = []
@@ -84,7 +97,7 @@ def milp_chains(p: PlacementProblem, options: SolverOptions, seed: list[Chain], 
                             need -= 1
             chains.append(order_slots(p, picked))
     rec = SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, time.perf_counter() - ts)
-    return chains, rec, res.bound
+    return chains, rec, res.bound, res.limit
 
 
 def _as_level(p: PlacementProblem, tables, chain: Chain, search: ChainSearch):
@@ -147,34 +160,43 @@ def place_chains(p: PlacementProblem, options: SolverOptions, *, objective: str 
 
     best_seed = max(seeds.values(), key=helix.value)
     mopts = SolverOptions(time_limit_s=max(0.5, 0.4 * left()), mip_gap=options.mip_gap, threads=options.threads,
-                          seed=options.seed)
-    milp, rec, milp_bound = milp_chains(p, mopts, best_seed, helix)
+                          seed=options.seed, node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
+    milp, rec, milp_bound, milp_limit = milp_chains(p, mopts, best_seed, helix,
+                                                    max_vars=MILP_MAX_VARS if objective == "depth-aware" else None)
     solves.append(rec)
     if milp:
         seeds["milp"] = milp
 
+    # the searches stop on work (neighbours evaluated), the same on every machine; the deadline
+    # is only a cap, and hitting it is reported
     search = ChainSearch(p, objective)
+    work = Budget(SEARCH_WORK, deadline=t0 + budget - reserve)
     best_name, best_chains, best_val = "none", [], 0.0
-    names = sorted(seeds, key=lambda k: -search.value(seeds[k]))
+    names = sorted(seeds, key=lambda k: (-search.value(seeds[k]), k))
     for i, name in enumerate(names):
         ts = time.perf_counter()
-        share = max(0.2, left() * (0.6 if i == 0 else 1.0 / max(1, len(names) - i)) - 0.3)
-        chains = search.improve(seeds[name], time.perf_counter() + share)
+        part = work.share(0.3 if i == 0 else 0.3 / max(1, len(names) - 1))
+        chains = search.improve(seeds[name], part)
+        work.absorb(part)
         val = search.value(chains)
         solves.append(SolveRecord(f"local-search<{name}>", "feasible" if val > 0 else "no-solution", val, None, None,
                                   time.perf_counter() - ts))
         if val > best_val * (1 + 1e-12):
             best_name, best_chains, best_val = f"local-search<{name}>", chains, val
-        if left() <= 0.3:
-            break
 
-    if best_chains and left() > 1.0:
+    if best_chains and work.left > 0 and not work.timed_out:
         ts = time.perf_counter()
-        chains = search.iterate(best_chains, time.perf_counter() + 0.5 * left(), seed=options.seed)
+        part = work.share(1.0)
+        chains = search.iterate(best_chains, part, seed=options.seed)
+        work.absorb(part)
         val = search.value(chains)
         solves.append(SolveRecord("iterated-local-search", "feasible", val, None, None, time.perf_counter() - ts))
         if val > best_val * (1 + 1e-12):
             best_name, best_chains, best_val = "iterated-local-search", chains, val
+    notes = [f"local search: {work.spent} of {work.work} neighbour evaluations"]
+    if work.timed_out or milp_limit == "time":
+        notes.append("stopped by the wall-clock cap before its work budget: this plan may differ on a faster or "
+                     "slower machine")
     infos, units = chain_infos(p, best_chains, search)
     val, flow = helix_flow(p, units, [[s.unit for s in c.stages] for c in infos]) if units else (0.0, {})
     da = sum(c.capacity for c in infos)
@@ -187,4 +209,5 @@ def place_chains(p: PlacementProblem, options: SolverOptions, *, objective: str 
         problem_name=p.name, mode="chains", objective=objective, units=tuple(units), chains=tuple(infos),
         edge_flows=edge_flows(flow), helix_flow=val, depth_aware_capacity=da, bound=bound, gap=gap,
         incumbent_source=best_name, solves=tuple(solves), time_s=time.perf_counter() - t0, problem=p,
+        notes=tuple(notes), machine_dependent=work.timed_out or milp_limit == "time",
     )

@@ -3,26 +3,33 @@
 State: a set of chains (each with one TP) and the nodes' modes (a node runs whole, or cut into
 G / t slices of TP t; its slices may serve different chains). Value: the sum over chains of the
 objective's chain value, each at its best split (splits.py): depth-aware capacity or Helix's
-bottleneck T. First-improvement moves, repeated until none improves or time runs out:
+bottleneck T. Moves (steepest improvement on small pools, first improvement on large ones),
+repeated until none improves or the work budget (one unit per neighbour evaluated, budget.py)
+is spent:
     drop a slot, move a slot to another chain, swap slots of two groups between chains,
     add a free slot (a free node may take any TP it has a profile for), open a new chain
-    from free slots (greedy, fastest per layer first)
-Seeds come from the chain MILP, per-group pipelines and the greedy opener. With time left, an
+    from free slots (greedy, fastest per layer first); and moves that change two things at once:
+    merge two chains (and drop a slot), replace a slot by a free one, add two free slots,
+    re-cut a chain's nodes at another TP (whole <-> slices)
+Seeds come from the chain MILP, per-group pipelines and the greedy opener. With work left, an
 iterated local search kicks the best state (a few random slot swaps between chains of one TP,
-seeded RNG) and descends again, keeping the better state, until `patience` kicks in a row fail.
+a merge of two of them, or a cut of one in two; seeded RNG) and descends again, keeping the
+better state, until `patience` kicks in a row fail.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-import time
 from collections.abc import Callable
 
+from hetcompile.placement.budget import Budget
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.splits import Slot, depth_split, helix_split, profile
 
 Chain = tuple[Slot, ...]
+STEEPEST_MAX_SLOTS = 16  # GPUs of the pool up to which hill climbing takes the best move, not the first
+PAIR_MOVE_MAX_FREE = 16  # add-two-slots is quadratic in the free slots: skipped on large free pools
 
 
 def all_modes(p: PlacementProblem) -> dict[str, tuple[int, int, tuple[int, ...]]]:
@@ -111,23 +118,32 @@ class ChainSearch:
         return None
 
     # -- search ------------------------------------------------------------------------------
-    def improve(self, chains: list[Chain], deadline: float) -> list[Chain]:
-        chains = [order_slots(self.p, c) for c in chains if self.split(order_slots(self.p, c))[0] > 0]
+    def improve(self, chains: list[Chain], budget: Budget) -> list[Chain]:
+        """Hill climbing: steepest ascent while the state has at most STEEPEST_MAX_SLOTS slots (first
+        improvement is biased by the order of the moves: after a kick it often just undoes it),
+        first improvement on larger pools."""
+        # a chain too short to hold L layers (value 0) stays while climbing: moving one slot into it
+        # can be the step a kick set up; what is still worthless is dropped at the end
+        chains = [order_slots(self.p, c) for c in chains if c]
         best = self.value(chains)
         tps = sorted({t for _, _, ts in self.modes.values() for t in ts})
-        while time.perf_counter() < deadline:
-            found = None
+        steepest = sum(G for _, G, _ in self.modes.values()) <= STEEPEST_MAX_SLOTS
+        while True:
+            found, out_of_work = None, False
             for trial in self._neighbours(chains, tps):
-                if time.perf_counter() > deadline:
+                if not budget.take():
+                    out_of_work = True
                     break
                 val = self.value(trial)
-                if val > best * (1 + 1e-9) + 1e-9:
+                if val > (found[1] if found else best * (1 + 1e-9) + 1e-9):
                     found = (trial, val)
-                    break
-            if found is None:
+                    if not steepest:
+                        break
+            if found is not None:
+                chains, best = found
+            if found is None or out_of_work:
                 break
-            chains, best = found
-        return chains
+        return [c for c in chains if self.split(c)[0] > 0]
 
     def _neighbours(self, chains: list[Chain], tps: list[int]):
         p = self.p
@@ -169,16 +185,55 @@ class ChainSearch:
                     out[i], out[j] = a, b
                     yield out
 
-    def iterate(self, chains: list[Chain], deadline: float, *, seed: int = 0, patience: int = 15) -> list[Chain]:
-        """Iterated local search from a local optimum (deterministic for a given time budget)."""
+        yield from self._wider_moves(chains, tps)
+
+    def _wider_moves(self, chains: list[Chain], tps: list[int]):
+        """Moves that change two things at once, which single-slot moves cannot climb to (each half
+        alone lowers the value): merge two chains (and drop one slot), replace a slot by a free one (a free node may
+        change mode), add two free slots (both slices of a split node), re-cut a chain at another TP."""
+        p = self.p
+        n = len(chains)
+        for i, j in itertools.combinations(range(n), 2):  # merge two chains of one TP
+            if chains[i][0].tp == chains[j][0].tp:
+                out = [c for k, c in enumerate(chains) if k not in (i, j)]
+                merged = order_slots(p, chains[i] + chains[j])
+                yield out + [merged]
+                for k in range(len(merged)):  # ... and leave one slot out (a deeper chain needs fewer)
+                    yield out + [merged[:k] + merged[k + 1:]]
+        for i, c in enumerate(chains):  # replace a slot by a free slot of the same TP
+            free = self.free_slots(chains, c[0].tp)
+            for k in range(len(c)):
+                for f in free:
+                    if f.node == c[k].node:
+                        continue
+                    yield chains[:i] + [order_slots(p, c[:k] + c[k + 1:] + (f,))] + chains[i + 1:]
+        for i, c in enumerate(chains):  # add two free slots
+            free = self.free_slots(chains, c[0].tp)
+            if len(free) > PAIR_MOVE_MAX_FREE:
+                continue
+            for a, b in itertools.combinations(free, 2):
+                yield chains[:i] + [order_slots(p, c + (a, b))] + chains[i + 1:]
+        for i, c in enumerate(chains):  # the same nodes at another TP (whole <-> slices)
+            nodes = sorted({s.node for s in c})
+            rest = chains[:i] + chains[i + 1:]
+            busy = {s.node for x in rest for s in x}
+            if any(nd in busy for nd in nodes):
+                continue  # a node shared with another chain keeps its mode
+            for t in tps:
+                if t == c[0].tp or any(t not in self.modes[nd][2] for nd in nodes):
+                    continue
+                yield rest + [order_slots(p, [s for nd in nodes for s in slots_of(p, nd, t)])]
+
+    def iterate(self, chains: list[Chain], budget: Budget, *, seed: int = 0, patience: int = 60) -> list[Chain]:
+        """Iterated local search from a local optimum (deterministic: seeded kicks, work budget)."""
         rng = random.Random(seed)
         best, best_val = chains, self.value(chains)
         fails = 0
-        while fails < patience and time.perf_counter() < deadline:
+        while fails < patience and budget.left > 0 and not budget.timed_out:
             trial = self._kick(best, rng)
             if trial is None:
                 break
-            trial = self.improve(trial, deadline)
+            trial = self.improve(trial, budget)
             val = self.value(trial)
             if val > best_val * (1 + 1e-9):
                 best, best_val, fails = trial, val, 0
@@ -187,10 +242,25 @@ class ChainSearch:
         return best
 
     def _kick(self, chains: list[Chain], rng: random.Random) -> list[Chain] | None:
+        """A random perturbation: swap slots between chains of one TP, merge two of them, or cut
+        one chain in two (the descent then adds free slots to the halves or sheds what a deeper
+        chain does not need)."""
         pairs = [(i, j) for i, j in itertools.combinations(range(len(chains)), 2) if chains[i][0].tp == chains[j][0].tp]
-        if not pairs:
+        long = [i for i, c in enumerate(chains) if len(c) >= 2]
+        kinds = (["swap", "merge"] if pairs else []) + (["split"] if long else [])
+        if not kinds:
             return None
+        kind = kinds[rng.randrange(len(kinds))]
         out = list(chains)
+        if kind == "merge":
+            i, j = rng.choice(pairs)
+            return [c for k, c in enumerate(out) if k not in (i, j)] + [order_slots(self.p, out[i] + out[j])]
+        if kind == "split":
+            i = rng.choice(long)
+            c = list(out[i])
+            rng.shuffle(c)
+            cut = rng.randrange(1, len(c))
+            return out[:i] + out[i + 1:] + [order_slots(self.p, c[:cut]), order_slots(self.p, c[cut:])]
         for _ in range(2):
             i, j = rng.choice(pairs)
             a, b = list(out[i]), list(out[j])

@@ -228,11 +228,35 @@ def shared_depth_aware(p: PlacementProblem, units: Sequence[StageUnit], partial:
     G = flow_graph(p, units, None, partial)
     if G.out_degree(SOURCE) == 0 or G.in_degree(SINK) == 0:
         return 0.0
+    Gi, q = integer_graph(G)
     best = 0.0
     for algo in FLOW_ALGORITHMS:
-        _, flow = nx.maximum_flow(G, SOURCE, SINK, flow_func=algo)
+        _, flow = nx.maximum_flow(Gi, SOURCE, SINK, flow_func=algo)
+        flow = {a: {b: f * q for b, f in nb.items()} for a, nb in flow.items()}
         best = max(best, shared_capacity(p, units, decompose_paths(flow)))
     return best
+
+
+FLOW_QUANTUM = 2.0 ** -40  # relative to the smallest positive capacity (Python ints do not overflow)
+
+
+def integer_graph(G: nx.DiGraph) -> tuple[nx.DiGraph, float]:
+    """G with capacities floor(c / q) as Python ints, and q: max-flow algorithms are exact on it.
+
+    networkx's dinitz compares float residuals to 0 and can keep a residual of 1e-15 that its
+    BFS level graph then misses (KeyError: 'source'); on integers every residual is exact. A flow
+    of the integer graph times q is feasible for G (floor) and short of its max flow by at most
+    (edges in a min cut) * q, i.e. ~1e-12 of the smallest capacity. Unbounded edges stay unbounded."""
+    caps = [c for _, _, c in G.edges(data="capacity") if c is not None and math.isfinite(c) and c > 0]
+    q = min(caps, default=1.0) * FLOW_QUANTUM
+    H = nx.DiGraph()
+    H.add_nodes_from(G.nodes)
+    for a, b, c in G.edges(data="capacity"):
+        if c is None or not math.isfinite(c):
+            H.add_edge(a, b)
+        else:
+            H.add_edge(a, b, capacity=int(math.floor(c / q)))
+    return H, q
 
 
 def shared_capacity(p: PlacementProblem, units: Sequence[StageUnit], paths: list[tuple[tuple[str, ...], float]]) -> float:

@@ -88,6 +88,7 @@ class PlacementResult:
     time_s: float
     partial_inference: bool = False
     notes: tuple[str, ...] = ()
+    machine_dependent: bool = False  # a wall-clock cap, not a work budget, ended some step
     problem: PlacementProblem | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -171,7 +171,8 @@ class SegmentSearch:
     def search(self, lo: float, hi: float, *, time_limit_s: float, rel_tol: float = 2e-3) -> SegmentSolution | None:
         deadline = time.perf_counter() + time_limit_s
         best = None
-        while hi - lo > rel_tol * hi and time.perf_counter() < deadline:
+        floor = 1e-9 * max(hi, 1e-300)  # with lo = 0 and every probe failing, hi would halve down to 0
+        while hi - lo > rel_tol * hi and hi > floor and time.perf_counter() < deadline:
             F = 0.5 * (lo + hi)
             sol = self.solve_at(F, deadline=deadline)
             if sol is not None:

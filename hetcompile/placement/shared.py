@@ -6,8 +6,10 @@ Pipeline (each step reports status / objective / bound / gap / time; time comes 
      with the forced-crossing certificate when no region alone can hold a pipeline
   3. blocks: price-and-branch between incumbent and bound (blocks.py); where inter-region links
      bind, region segments with fans at the crossings (segments.py)
-  4. group-count MILP (milp_shared.py), warm-started from the best placement and capped by the
-     bound, only while the gap exceeds the caller's mip_gap and time is left
+  4. MILP, warm-started from the best placement and capped by the bound, only while the gap
+     exceeds the caller's mip_gap and time is left: the group-count model (milp_shared.py), or,
+     where links bind on a small cluster, the node-level model (milp_nodes.py) whose objective is
+     the max flow of its placement (the group model's pair rows are only a restriction there)
   5. disaggregation to concrete nodes (+ node swaps where links bind); exact flow by networkx
 The reported flow is always the exact max flow of the returned placement; the bound is the
 smallest valid one (pattern LP, MILP dual bound); a timeout returns the best incumbent and its gap.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import time
 
 from hetcompile.passes.solve import SolverOptions, solve
-from hetcompile.placement import heuristics
+from hetcompile.placement import heuristics, milp_nodes
 from hetcompile.placement.blocks import BlockSearch, realize
 from hetcompile.placement.bound import Crossing, PatternBound, fixed_point_bound
 from hetcompile.placement.evaluate import edge_flows, helix_flow, shared_depth_aware
@@ -28,6 +30,8 @@ from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.result import PlacementResult, SolveRecord, StageUnit
 from hetcompile.placement.segments import SegmentSearch, realize_segments
 from hetcompile.placement.tables import group_tables, network
+
+MILP_NODES = 100  # branch-and-bound nodes of the placement MILP (at most the spec's solver.node_limit)
 
 
 class Incumbent:
@@ -86,6 +90,7 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
     net = network(p)
     inc = Incumbent()
     solves: list[SolveRecord] = []
+    capped = False  # a wall-clock cap, not convergence or a work budget, ended some step
 
     def record(name: str, status: str, obj: float | None, bnd: float | None, t: float) -> None:
         solves.append(SolveRecord(name, status, obj, bnd, _gap(obj or 0.0, bnd), t))
@@ -107,15 +112,18 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
     bound = min(fixed_point_bound(tables, L), coord)
     record("fixed-point-bound", "bound", None, bound, time.perf_counter() - ts)
     if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
-        pb = PatternBound(tables, L, forced_crossing(tables, net, L)).bound(inc.value, bound, time_limit_s=max(0.5, 0.25 * left()),
+        cap = max(0.5, 0.25 * left())
+        pb = PatternBound(tables, L, forced_crossing(tables, net, L)).bound(inc.value, bound, time_limit_s=cap,
                                            rel_tol=max(1e-6, min(2e-4, options.mip_gap / 10)))
+        capped |= pb.time_s >= 0.95 * cap
         bound = min(bound, pb.value)
         record("pattern-bound", "bound", None, bound, pb.time_s)
 
     if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
         ts = time.perf_counter()
-        sol = BlockSearch(tables, L).search(inc.value, bound, time_limit_s=max(0.5, 0.3 * left()),
-                                            rel_tol=max(options.mip_gap / 4, 1e-4))
+        cap = max(0.5, 0.3 * left())
+        sol = BlockSearch(tables, L).search(inc.value, bound, time_limit_s=cap, rel_tol=max(options.mip_gap / 4, 1e-4))
+        capped |= time.perf_counter() - ts >= 0.95 * cap
         if sol is not None:
             ids = [list(p.groups[t.gi].ids) for t in tables]
             units = list(realize(tables, sol, ids))
@@ -128,8 +136,10 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
 
     if net.binding and (_gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap):
         ts = time.perf_counter()
+        cap = max(0.5, 0.3 * left())
         seg = SegmentSearch(tables, L, representative_pair_caps(p, net)).search(
-            inc.value, bound, time_limit_s=max(0.5, 0.3 * left()), rel_tol=max(options.mip_gap / 4, 1e-4))
+            inc.value, bound, time_limit_s=cap, rel_tol=max(options.mip_gap / 4, 1e-4))
+        capped |= time.perf_counter() - ts >= 0.95 * cap
         if seg is not None:
             units = realize_segments(tables, seg, [list(p.groups[t.gi].ids) for t in tables])
             units, val = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, 0.1 * left()))
@@ -137,25 +147,38 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
         record("segments", "feasible" if seg else "no-solution", seg.flow_target if seg else None, bound,
                time.perf_counter() - ts)
 
-    if (_gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap) and left() > 1.0:
+    exact_nodes = bool(net.binding) and not partial and milp_nodes.pair_vars(p) <= milp_nodes.MAX_PAIR_VARS
+    if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
         ts = time.perf_counter()
-        st = shared_tables(tables, net, L, bound, partial)
-        m = build_model(st)
         val, flow = helix_flow(p, inc.units, partial=partial)
-        warm_start(m, st, inc.units, flow, val)
+        if exact_nodes:  # binding links on a small cluster: one flow per node pair, objective = max flow
+            nt = milp_nodes.node_tables(p, tables, bound)
+            m = milp_nodes.build_model(nt)
+            warm = milp_nodes.warm_start(m, nt, inc.units, flow, val)
+            name = "place-shared-nodes-milp"
+        else:
+            st = shared_tables(tables, net, L, bound, partial)
+            m = build_model(st)
+            warm_start(m, st, inc.units, flow, val)
+            warm, name = True, "place-shared-milp"
         opts = SolverOptions(time_limit_s=max(0.2, left()), mip_gap=options.mip_gap, threads=options.threads,
-                             seed=options.seed)
+                             seed=options.seed, node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
         build_s = time.perf_counter() - ts
-        res = solve(m, opts, name="place-shared-milp", warm_start=True)
+        res = solve(m, opts, name=name, warm_start=warm)
         if res.has_solution:
-            units = units_from_intervals(p, tables, extract_intervals(m, st))
-            v, _ = helix_flow(p, units, partial=partial)
-            if net.binding:
-                units, v = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, min(reserve, 5.0)))
+            if exact_nodes:
+                units = milp_nodes.extract_units(m, nt, tables)
+                v, _ = helix_flow(p, units, partial=partial)
+            else:
+                units = units_from_intervals(p, tables, extract_intervals(m, st))
+                v, _ = helix_flow(p, units, partial=partial)
+                if net.binding:
+                    units, v = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, min(reserve, 5.0)))
             inc.offer(units, v, "milp")
-        if res.bound is not None and not net.binding:  # with binding links the MILP is a restriction
+        if res.bound is not None and (exact_nodes or not net.binding):  # the group model is a restriction where links bind
             bound = min(bound, res.bound)
         solves.append(SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, res.time_s + build_s))
+        capped |= res.limit == "time"
 
     val, flow = helix_flow(p, inc.units, partial=partial)
     da = shared_depth_aware(p, inc.units, partial)
@@ -164,5 +187,7 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
         problem_name=p.name, mode="shared", objective=objective, units=tuple(sorted(inc.units, key=lambda u: (u.start, u.unit))),
         chains=(), edge_flows=edge_flows(flow), helix_flow=val, depth_aware_capacity=da, bound=bound,
         gap=_gap(val, bound), incumbent_source=inc.source, solves=tuple(solves), time_s=time.perf_counter() - t0,
-        partial_inference=partial, problem=p,
+        partial_inference=partial, problem=p, machine_dependent=capped,
+        notes=("stopped by the wall-clock cap before its work budget: this placement may differ on a faster or "
+               "slower machine",) if capped else (),
     )

@@ -42,13 +42,15 @@ def problem(
 
 
 def brute_force_shared(p: PlacementProblem) -> float:
-    """Max Helix flow over every placement (nodes of a group interchangeable: multisets)."""
+    """Max Helix flow over every placement (nodes of a group interchangeable unless node links differ)."""
     L = p.num_layers
     per_group = []
     for gi, g in enumerate(p.groups):
         K = g.native.max_layers
         opts = [None] + [(a, a + k) for k in range(1, K + 1) for a in range(0, L - k + 1)]
-        per_group.append([(gi, c) for c in itertools.combinations_with_replacement(opts, g.count)])
+        # nodes of a group are interchangeable only without per-node links: multisets, else every tuple
+        choices = itertools.product(opts, repeat=g.count) if p.node_links else itertools.combinations_with_replacement(opts, g.count)
+        per_group.append([(gi, c) for c in choices])
     best = 0.0
     for combo in itertools.product(*per_group):
         units = []
@@ -92,4 +94,36 @@ def _chain_best(Ts: list[tuple[float, ...]], L: int) -> float:
     for ks in itertools.product(*[range(1, len(T) + 1) for T in Ts]):
         if sum(ks) == L:
             best = max(best, min(T[k - 1] for T, k in zip(Ts, ks)))
+    return best
+
+
+def brute_force_chain_search(p: PlacementProblem, objective: str) -> float:
+    """Optimum of the chain search's own evaluator: every node mode (whole, or cut into TP
+    slices), every partition of the slots into chains of one TP (slots may stay unused), each
+    chain in the search's stage order at its best layer split."""
+    from hetcompile.placement.chains_search import ChainSearch, order_slots, slots_of
+
+    cs = ChainSearch(p, objective)
+    nodes = [(n, g) for g in p.groups for n in g.ids]
+    best = 0.0
+    for modes in itertools.product(*[sorted(pr.tp for pr in g.profiles) for _, g in nodes]):
+        slots = [s for (n, _), tp in zip(nodes, modes) for s in slots_of(p, n, tp)]
+
+        def rec(i: int, chains: list[list]) -> None:
+            nonlocal best
+            if i == len(slots):
+                best = max(best, sum(cs.split(order_slots(p, tuple(c)))[0] for c in chains))
+                return
+            s = slots[i]
+            rec(i + 1, chains)  # unused
+            for c in chains:
+                if c[0].tp == s.tp:
+                    c.append(s)
+                    rec(i + 1, chains)
+                    c.pop()
+            chains.append([s])
+            rec(i + 1, chains)
+            chains.pop()
+
+        rec(0, [])
     return best

@@ -1,0 +1,57 @@
+"""Placement stops on work budgets, not on the clock: the same problem gives the same placement
+whatever the time limit, and a search cut by its work budget says so (no timing asserted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetcompile.placement import SolverOptions, chains, place
+from hetcompile.placement.budget import Budget
+from hetcompile.placement.helix_import import load_setup
+
+
+def _key(res):
+    return ([(c.id, tuple((s.unit, s.start, s.end) for s in c.stages)) for c in res.chains], res.depth_aware_capacity,
+            res.helix_flow, res.incumbent_source)
+
+
+def test_time_limit_does_not_change_the_placement():
+    p = load_setup("highhet42")
+    a = place(p, mode="chains", options=SolverOptions(time_limit_s=120, mip_gap=1e-3))
+    b = place(p, mode="chains", options=SolverOptions(time_limit_s=10_000, mip_gap=1e-3))
+    assert not a.machine_dependent and not b.machine_dependent
+    assert _key(a) == _key(b)
+
+
+def test_the_work_budget_decides_where_the_search_stops(monkeypatch):
+    p = load_setup("cluster10")
+    monkeypatch.setattr(chains, "SEARCH_WORK", 40)
+    runs = [place(p, mode="chains", options=SolverOptions(time_limit_s=10_000, mip_gap=1e-3)) for _ in range(2)]
+    assert _key(runs[0]) == _key(runs[1])
+    assert "local search: 40 of 40 neighbour evaluations" in runs[0].notes
+    assert not runs[0].machine_dependent
+    monkeypatch.setattr(chains, "SEARCH_WORK", 4000)
+    more = place(p, mode="chains", options=SolverOptions(time_limit_s=10_000, mip_gap=1e-3))
+    assert more.depth_aware_capacity >= runs[0].depth_aware_capacity * (1 - 1e-9)
+
+
+def test_budget_reports_which_limit_stopped_it():
+    b = Budget(3)
+    assert [b.take() for _ in range(4)] == [True, True, True, False]
+    assert b.stopped_by == "work" and not b.timed_out
+    capped = Budget(10, deadline=float("-inf"))  # a cap already past: refused, and reported as time
+    assert not capped.take() and capped.timed_out and capped.spent == 0
+    parent = Budget(100)
+    child = parent.share(0.5)
+    assert child.work == 50
+    child.take(7)
+    parent.absorb(child)
+    assert parent.spent == 7 and parent.left == 93
+
+
+@pytest.mark.parametrize("mode", ["chains", "shared"])
+def test_two_runs_give_identical_results(mode):
+    p = load_setup("cluster10")
+    runs = [place(p, mode=mode, options=SolverOptions(time_limit_s=10_000, mip_gap=1e-3)) for _ in range(2)]
+    assert _key(runs[0]) == _key(runs[1])
+    assert sorted((u.unit, u.start, u.end) for u in runs[0].units) == sorted((u.unit, u.start, u.end) for u in runs[1].units)
