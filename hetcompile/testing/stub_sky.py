@@ -9,6 +9,9 @@ Every call is appended as one JSON line (argv) to state_dir/calls.jsonl. Behavio
 - `sky jobs cancel -y -n NAME`: fails when NAME is in fail_down.
 - `sky status [--endpoint PORT NAME]`: a table of UP clusters / `127.0.0.1:PORT`.
 - `sky check`: succeeds.
+- `sky exec NAME TASK ...`: fails when NAME is not UP or is in fail_exec; else copies the task's
+  `workdir` (relative to the cwd) to state_dir/exec/<n>/, n = 1, 2, ... (what the cluster got).
+- `sky status --endpoint PORT NAME`: state_dir/endpoints.json {NAME: "host:port"} overrides.
 The fail_* files hold one name per line.
 """
 
@@ -77,15 +80,33 @@ def _locked(state: Path, argv: list[str]) -> int:
         if "--endpoint" in argv:
             i = argv.index("--endpoint")
             port, name = argv[i + 1], argv[i + 2]
-            if name not in clusters:
+            if clusters.get(name) != "UP":
                 return 1
-            print(f"127.0.0.1:{port}")
+            eps = json.loads((state / "endpoints.json").read_text()) if (state / "endpoints.json").exists() else {}
+            print(eps.get(name, f"127.0.0.1:{port}"))
         else:
             wanted = [a for a in argv[1:] if not a.startswith("-")]
             print("NAME  INFRA  STATUS")
             for name, st in sorted(clusters.items()):
                 if not wanted or name in wanted:
                     print(f"{name}  stub  {st}")
+    elif argv[:1] == ["exec"]:
+        name, task = argv[1], argv[2]
+        if clusters.get(name) != "UP" or name in _names(state, "fail_exec"):
+            print(f"sky exec: stub failure for {name}", file=sys.stderr)
+            return 1
+        import shutil
+
+        import yaml
+
+        workdir = (yaml.safe_load(Path(task).read_text()) or {}).get("workdir")
+        runs = state / "exec"
+        n = len(list(runs.iterdir())) + 1 if runs.exists() else 1
+        dest = runs / str(n)
+        if workdir:
+            shutil.copytree(workdir, dest)
+        else:
+            dest.mkdir(parents=True)
     elif argv[:1] == ["check"]:
         print("stub: all clouds enabled")
     else:
