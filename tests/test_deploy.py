@@ -28,6 +28,9 @@ def _env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     env["HETCOMPILE_SRC"] = str(wheel)
+    env["HF_TOKEN"] = "hf_stub"
+    for k in ("HC_VLLM_API_KEY", "HC_ROUTER_TOKEN"):
+        env.pop(k, None)
     return env
 
 
@@ -134,12 +137,15 @@ def test_injection_every_user_string(tmp_path: Path) -> None:
     (tmp_path / "bin" / "vllm").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done\n')
     (tmp_path / "bin" / "vllm").chmod(0o755)
     env["HC_MASTER_ADDR"] = "127.0.0.1"
+    env["HC_VLLM_API_KEY"] = EVIL
     for s in sorted((out / "vllm").rglob("*.sh")):
         p = subprocess.run(["bash", str(s)], env=env, capture_output=True, text=True, cwd=tmp_path)
         assert p.returncode == 0, p.stderr
         argv = p.stdout.split("\0")
         assert argv[1] == "./tiny" + EVIL
         assert argv[argv.index("--served-model-name") + 1] == "tiny" + EVIL
+        assert argv[argv.index("--api-key") + 1] == EVIL  # the key is one word, never shell text
+    env.pop("HC_VLLM_API_KEY")
     p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
     p2 = subprocess.run(["bash", str(out / "teardown.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -190,7 +196,7 @@ def test_router_gets_a_generated_token_as_a_managed_secret(tmp_path: Path) -> No
 
     out = _build(tmp_path)
     task = yaml.safe_load((out / "sky" / "router.yaml").read_text())
-    assert task["secrets"] == {"HC_ROUTER_TOKEN": None}
+    assert task["secrets"] == {"HC_ROUTER_TOKEN": None, "HC_VLLM_API_KEY": None}
     assert "--auth-token-env HC_ROUTER_TOKEN" in task["run"]
     env = _env(tmp_path)
     env.pop("HC_ROUTER_TOKEN", None)
@@ -198,4 +204,66 @@ def test_router_gets_a_generated_token_as_a_managed_secret(tmp_path: Path) -> No
     token = (out / "router.token").read_text().strip()
     assert len(token) >= 40 and (out / "router.token").stat().st_mode & 0o077 == 0
     router = [c for c in _calls(tmp_path) if c[:1] == ["launch"] and "three-regions-router" in c]
-    assert router and router[0][-2:] == ["--secret", "HC_ROUTER_TOKEN"] and token not in " ".join(router[0])
+    assert router and router[0][-4:] == ["--secret", "HC_ROUTER_TOKEN", "--secret", "HC_VLLM_API_KEY"]
+    assert token not in " ".join(router[0])
+
+
+def test_replicas_require_a_generated_api_key(tmp_path: Path) -> None:
+    """Every replica task takes HC_VLLM_API_KEY as a managed secret and refuses to start without
+    it; deploy.sh generates it once (mode 600), passes it by name only, and the routing table
+    tells the router to send it upstream."""
+    import yaml
+
+    out = _build(tmp_path)
+    for f in sorted((out / "sky").glob("r[0-9]*.yaml")):
+        for task in yaml.safe_load_all(f.read_text()):
+            if "run" not in task:
+                continue  # a job group's header
+            assert task["secrets"] == {"HF_TOKEN": None, "HC_VLLM_API_KEY": None}
+            # the task's run stops before vLLM starts when the secret did not arrive
+            p = subprocess.run(["bash", "-c", task["run"]], env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+                               capture_output=True, text=True)
+            assert p.returncode != 0 and "HC_VLLM_API_KEY is not set" in p.stderr
+    routing = json.loads((out / "router" / "routing.json").read_text())
+    assert {r["api_key_env"] for r in routing["replicas"]} == {"HC_VLLM_API_KEY"}
+    env = _env(tmp_path)
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    key = (out / "vllm.key").read_text().strip()
+    assert len(key) >= 40 and (out / "vllm.key").stat().st_mode & 0o077 == 0
+    launches = [c for c in _calls(tmp_path) if c[:1] == ["launch"]]
+    assert launches and all(c[c.index("--secret", c.index("--secret") + 1) + 1] == "HC_VLLM_API_KEY" for c in launches)
+    assert all(key not in " ".join(c) for c in _calls(tmp_path))
+    # a re-run keeps the same key (running replicas hold it)
+    subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, cwd=tmp_path, check=True)
+    assert (out / "vllm.key").read_text().strip() == key
+
+
+def test_deploy_refuses_to_start_without_hf_token(tmp_path: Path) -> None:
+    out = _build(tmp_path)
+    env = _env(tmp_path)
+    env.pop("HF_TOKEN")
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2 and "set HF_TOKEN" in p.stderr
+    assert not (tmp_path / "sky-state" / "calls.jsonl").exists()
+
+
+def test_head_node_passes_api_key_to_vllm(tmp_path: Path) -> None:
+    """The head's `vllm serve` gets `--api-key` (a vLLM 0.33 flag) from HC_VLLM_API_KEY; without the
+    variable a local run serves /v1 open and says so on stderr (the SkyPilot task refuses instead)."""
+    from hetcompile.backends.vllm_flags import check_serve_argv
+
+    assert check_serve_argv(["m", "--api-key", "k"]) == []  # in the pinned 0.33.0 flag table
+    out = _build(tmp_path, "tiny-cpu")
+    env = _env(tmp_path)
+    (tmp_path / "bin" / "vllm").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done\n')
+    (tmp_path / "bin" / "vllm").chmod(0o755)
+    script = str(out / "vllm" / "r0" / "node0.sh")
+    env["HC_VLLM_API_KEY"] = "k3y with space"
+    p = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
+    argv = p.stdout.split("\0")
+    assert p.returncode == 0 and argv[argv.index("--api-key") + 1] == "k3y with space"
+    env.pop("HC_VLLM_API_KEY")
+    p = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and "--api-key" not in p.stdout.split("\0")
+    assert "HC_VLLM_API_KEY is not set: vLLM serves /v1 WITHOUT auth" in p.stderr

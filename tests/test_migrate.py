@@ -130,7 +130,7 @@ def test_launch_failure_midway_then_rerun(tmp_path: Path, plans) -> None:
     (tmp_path / "sky-state" / "fail_launch").write_text("quickstart-r5\n")
     rc, text = _run(old, new, env)
     assert rc == 1
-    assert "migrate FAILED at step 3 (launch): `sky launch -y -d -c quickstart-r5 sky/r5.yaml --secret HF_TOKEN` failed" in text
+    assert "migrate FAILED at step 3 (launch): `sky launch -y -d -c quickstart-r5 sky/r5.yaml --secret HC_VLLM_API_KEY --secret HF_TOKEN` failed" in text
     assert "running (billing): quickstart-r0, quickstart-r1, quickstart-r2, quickstart-r4; and quickstart-r5 may be partly up" in text
     assert "serves the table of step 1" in text
     assert f"re-run `hetcompile migrate {old} {new}`" in text
@@ -212,5 +212,5 @@ def test_cli_dry_run(tmp_path: Path, plans) -> None:
 
     r = CliRunner().invoke(app, ["migrate", str(plans[0]), str(plans[1]), "--dry-run"])
     assert r.exit_code == 0, r.output
-    assert "rolling, 7 step(s)" in r.output and "sky launch -y -d -c quickstart-r5 sky/r5.yaml --secret HF_TOKEN" in r.output
+    assert "rolling, 7 step(s)" in r.output and "sky launch -y -d -c quickstart-r5 sky/r5.yaml --secret HC_VLLM_API_KEY --secret HF_TOKEN" in r.output
     assert not (plans[1] / "migrate").exists()

@@ -21,9 +21,16 @@ from hetcompile.backends.canon import dumps_yaml, dumps_yaml_docs
 from hetcompile.backends.vllm import NodeScript
 from hetcompile.ir.errors import BackendError
 from hetcompile.ir.problem import Problem, Replica
+from hetcompile.ir.routing import VLLM_KEY_ENV
 
 HEREDOC = "HETCOMPILE_NODE_SCRIPT"
 ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
+# the replicas' bearer key: vLLM checks it on /v1/* (VLLM_API_KEY, the env form of --api-key; the
+# node script sets it from this). A managed secret on every replica task and on the router, which
+# sends it upstream (routing.json api_key_env). /health and /metrics stay open for the probes.
+SECRETS = {"HF_TOKEN": None, VLLM_KEY_ENV: None}
+# a task must not start an unauthenticated server because the secret was not passed
+REQUIRE_KEY = f': "${{{VLLM_KEY_ENV}:?{VLLM_KEY_ENV} is not set: launch with --secret {VLLM_KEY_ENV} (deploy.sh does)}}"'
 
 
 def infra(cloud: str, region: str) -> str:
@@ -39,7 +46,7 @@ def cluster_name(ir: Problem, rid: str) -> str:
 
 
 def run_section(scripts: list[NodeScript]) -> str:
-    lines = ["set -euo pipefail", "mkdir -p ~/hetcompile"]
+    lines = ["set -euo pipefail", REQUIRE_KEY, "mkdir -p ~/hetcompile"]
     for s in scripts:
         lines += _write_script(s)
     if len(scripts) > 1:
@@ -87,13 +94,13 @@ def job_group(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:
         }
         if script.rank == 0:
             resources["ports"] = ir.engine.port
-        run = ["set -euo pipefail", "mkdir -p ~/hetcompile", *_write_script(script),
+        run = ["set -euo pipefail", REQUIRE_KEY, "mkdir -p ~/hetcompile", *_write_script(script),
                f'export HC_MASTER_ADDR="{head}"', 'export VLLM_HOST_IP="$(hostname -i | cut -d" " -f1)"',
                f"exec bash ~/hetcompile/node{script.rank}.sh"]
         docs.append({
             "name": stage_task_name(script.rank), "resources": resources, "num_nodes": 1,
             "envs": {"HC_PLAN": ir.name, "HC_REPLICA": r.id, "HC_STAGE": str(script.rank)},
-            "secrets": {"HF_TOKEN": None}, "run": "\n".join(run) + "\n",
+            "secrets": dict(SECRETS), "run": "\n".join(run) + "\n",
         })
     return dumps_yaml_docs(docs)
 
@@ -118,7 +125,7 @@ def replica_task(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:
         "resources": resources,
         "num_nodes": len(r.stages),
         "envs": {"HC_PLAN": ir.name, "HC_REPLICA": r.id},
-        "secrets": {"HF_TOKEN": None},
+        "secrets": dict(SECRETS),
         "run": run_section(scripts),
     }
     return dumps_yaml(task)
@@ -137,7 +144,7 @@ def router_task(ir: Problem) -> str:
         "workdir": "router",
         "setup": "pip install dist/*.whl\n",
         # clients must send the token deploy.sh generates (never on a command line: a managed secret)
-        "secrets": {ROUTER_TOKEN_ENV: None},
-        "run": f"exec hetcompile router --table routing.json --host 0.0.0.0 --port {port} --auth-token-env {ROUTER_TOKEN_ENV}\n",
+        "secrets": {ROUTER_TOKEN_ENV: None, VLLM_KEY_ENV: None},
+        "run": f"{REQUIRE_KEY}\nexec hetcompile router --table routing.json --host 0.0.0.0 --port {port} --auth-token-env {ROUTER_TOKEN_ENV}\n",
     }
     return dumps_yaml(task)

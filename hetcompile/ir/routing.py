@@ -28,6 +28,10 @@ Policy = Literal["weighted", "kv-aware", "min-max", "round-robin", "least-outsta
 POLICIES: tuple[str, ...] = ("weighted", "kv-aware", "min-max", "round-robin", "least-outstanding")
 
 
+# the env var that holds the replicas' bearer key, on the replicas (vLLM) and on the router
+VLLM_KEY_ENV = "HC_VLLM_API_KEY"
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -15,6 +15,7 @@ import math
 
 from hetcompile.ir.problem import Problem
 from hetcompile.ir.routing import (
+    VLLM_KEY_ENV,
     ClassMatch,
     ReplicaWeight,
     RoutedModel,
@@ -80,6 +81,7 @@ def routing_table(ir: Problem) -> RoutingTable:
                 max_num_seqs=ir.engine.max_num_seqs, prefill_tokens_per_s=round(est.prefill_tokens_per_s, 3),
                 decode_tokens_per_s=round(est.decode_tokens_per_s, 3),
                 gpu="+".join(sorted({s.gpu for s in r.stages})), region="+".join(sorted({s.region for s in r.stages})),
+                api_key_env=VLLM_KEY_ENV,
             )
         )
     return RoutingTable(

@@ -9,6 +9,8 @@ Every call is appended as one JSON line (argv) to state_dir/calls.jsonl. Behavio
 - `sky jobs cancel -y -n NAME`: fails when NAME is in fail_down.
 - `sky status [--endpoint PORT NAME]`: a table of UP clusters / `127.0.0.1:PORT`.
 - `sky check`: succeeds.
+- `--secret NAME` (launch, jobs launch, exec): like SkyPilot, takes NAME's value from the
+  environment; an unset or empty NAME fails the call (exit 1) before anything is recorded as UP.
 - `sky exec NAME TASK ...`: fails when NAME is not UP or is in fail_exec; else copies the task's
   `workdir` (relative to the cwd) to state_dir/exec/<n>/, n = 1, 2, ... (what the cluster got).
 - `sky status --endpoint PORT NAME`: state_dir/endpoints.json {NAME: "host:port"} overrides.
@@ -54,6 +56,10 @@ def _locked(state: Path, argv: list[str]) -> int:
     cpath = state / "clusters.json"
     clusters: dict[str, str] = json.loads(cpath.read_text()) if cpath.exists() else {}
     rc = 0
+    for i, a in enumerate(argv[:-1]):
+        if a == "--secret" and "=" not in argv[i + 1] and not os.environ.get(argv[i + 1]):
+            print(f"sky: --secret {argv[i + 1]}: not set in the environment", file=sys.stderr)
+            return 1
     if argv[:1] == ["launch"]:
         name = argv[argv.index("-c") + 1]
         if name in _names(state, "fail_launch"):
