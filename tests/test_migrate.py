@@ -214,3 +214,12 @@ def test_cli_dry_run(tmp_path: Path, plans) -> None:
     assert r.exit_code == 0, r.output
     assert "rolling, 7 step(s)" in r.output and "sky launch -y -d -c quickstart-r5 sky/r5.yaml --secret HC_VLLM_API_KEY --secret HF_TOKEN" in r.output
     assert not (plans[1] / "migrate").exists()
+
+
+def test_mixed_job_groups_are_refused(tmp_path: Path) -> None:
+    from test_place_pass import write_spec
+
+    out = tmp_path / "mixed"
+    write(compile_spec(write_spec(tmp_path)).ir, out)
+    with pytest.raises(RolloutError, match="does not handle mixed-GPU Job Groups"):
+        rollout_plan(out, out)
