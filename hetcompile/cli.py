@@ -1,4 +1,4 @@
-"""The `hetcompile` command line: build, validate, explain, schema, router, fill-endpoints.
+"""The `hetcompile` command line: build, validate, explain, migrate, schema, router, fill-endpoints.
 
 User errors (`HetcompileError`) print as one clean paragraph with file:line:col and exit 1;
 `--debug` shows the traceback instead.
@@ -158,6 +158,39 @@ def explain(
         sys.stdout.write(result)
     else:
         out.print(Group(*rich_renderables(result)))
+
+
+@app.command()
+def migrate(
+    old: Path = typer.Argument(..., help="build directory of the plan running now (deployed with its deploy.sh)"),
+    new: Path = typer.Argument(..., help="build directory of the plan to roll out"),
+    health_timeout: str = typer.Option("20min", "--health-timeout", help="how long a launched replica may take to answer /health"),
+    drain: str = typer.Option("60s", "--drain", help="how long to wait for a drained replica's in-flight requests"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the steps and their commands; run nothing"),
+) -> None:
+    """Carry out the migration `explain OLD NEW` shows: launch, route, drain, tear down, in order."""
+    from hetcompile.ir.units import parse_duration
+    from hetcompile.rollout import Runner, rollout_plan
+
+    try:
+        try:
+            timeout_s, drain_s = parse_duration(health_timeout), parse_duration(drain)
+        except ValueError as exc:
+            raise HetcompileError(f"--health-timeout / --drain: {exc}") from None
+        ro = rollout_plan(old, new)
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    if dry_run:
+        out.print(f"migrate {ro.old_plan} -> {ro.new_plan}: {ro.migration.mode}, {len(ro.actions)} step(s) (dry run)",
+                  markup=False)
+        for a in ro.actions:
+            cmd = " ".join(a.argv) if a.argv else f"sky exec {ro.router_cluster} {new}/migrate/reload.yaml (table: " \
+                f"{', '.join(t for t, _, _ in a.endpoints)})"
+            out.print(f"[{a.index}] {a.text}\n    {cmd}", markup=False)
+        return
+    rc = Runner(ro, health_timeout=timeout_s, drain_s=drain_s, log=lambda m: out.print(m, markup=False)).run()
+    raise typer.Exit(rc)
 
 
 @app.command()

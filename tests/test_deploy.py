@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,31 @@ from hetcompile.testing.stub_sky import install
 EVIL = "x$(touch PWNED)`touch PWNED2`'\"\n;touch PWNED3 #"
 
 
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *a) -> None:
+        pass
+
+
+_HEALTH: list[ThreadingHTTPServer] = []
+
+
+def health_server() -> ThreadingHTTPServer:
+    """One local server answering GET /health with 200, for the stub's endpoints (deploy.sh waits on it)."""
+    if not _HEALTH:
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        _HEALTH.append(srv)
+    return _HEALTH[0]
+
+
 def _env(tmp: Path) -> dict[str, str]:
     bin_dir = tmp / "bin"
     install(bin_dir, tmp / "sky-state")
+    (tmp / "sky-state" / "endpoint_default").write_text(f"127.0.0.1:{health_server().server_port}")
     wheel = tmp / "hetcompile-0.0.0-py3-none-any.whl"
     wheel.write_bytes(b"stub wheel")
     env = dict(os.environ)
@@ -137,12 +161,15 @@ def test_injection_every_user_string(tmp_path: Path) -> None:
     (tmp_path / "bin" / "vllm").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done\n')
     (tmp_path / "bin" / "vllm").chmod(0o755)
     env["HC_MASTER_ADDR"] = "127.0.0.1"
+    env["HC_VLLM_API_KEY"] = EVIL
     for s in sorted((out / "vllm").rglob("*.sh")):
         p = subprocess.run(["bash", str(s)], env=env, capture_output=True, text=True, cwd=tmp_path)
         assert p.returncode == 0, p.stderr
         argv = p.stdout.split("\0")
         assert argv[1] == "./tiny" + EVIL
         assert argv[argv.index("--served-model-name") + 1] == "tiny" + EVIL
+        assert argv[argv.index("--api-key") + 1] == EVIL  # the key is one word, never shell text
+    env.pop("HC_VLLM_API_KEY")
     p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
     p2 = subprocess.run(["bash", str(out / "teardown.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -243,3 +270,66 @@ def test_deploy_refuses_to_start_without_hf_token(tmp_path: Path) -> None:
     p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 2 and "set HF_TOKEN" in p.stderr
     assert not (tmp_path / "sky-state" / "calls.jsonl").exists()
+
+
+def test_head_node_passes_api_key_to_vllm(tmp_path: Path) -> None:
+    """The head's `vllm serve` gets `--api-key` (a vLLM 0.33 flag) from HC_VLLM_API_KEY; without the
+    variable a local run serves /v1 open and says so on stderr (the SkyPilot task refuses instead)."""
+    from hetcompile.backends.vllm_flags import check_serve_argv
+
+    assert check_serve_argv(["m", "--api-key", "k"]) == []  # in the pinned 0.33.0 flag table
+    out = _build(tmp_path, "tiny-cpu")
+    env = _env(tmp_path)
+    (tmp_path / "bin" / "vllm").write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done\n')
+    (tmp_path / "bin" / "vllm").chmod(0o755)
+    script = str(out / "vllm" / "r0" / "node0.sh")
+    env["HC_VLLM_API_KEY"] = "k3y with space"
+    p = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
+    argv = p.stdout.split("\0")
+    assert p.returncode == 0 and argv[argv.index("--api-key") + 1] == "k3y with space"
+    env.pop("HC_VLLM_API_KEY")
+    p = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and "--api-key" not in p.stdout.split("\0")
+    assert "HC_VLLM_API_KEY is not set: vLLM serves /v1 WITHOUT auth" in p.stderr
+
+
+def test_deploy_sky_check_preflight_names_the_cloud(tmp_path: Path) -> None:
+    """A cloud the plan uses without credentials stops deploy.sh before any launch, naming it."""
+    out = _build(tmp_path)  # three-regions: gcp and aws
+    clouds = sorted({n["cloud"] for n in json.loads((out / "plan.json").read_text())["nodes"]})
+    assert len(clouds) >= 2
+    env = _env(tmp_path)
+    (tmp_path / "sky-state" / "fail_check").write_text(clouds[-1] + "\n")
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2
+    assert f"deploy: no usable credentials for: {clouds[-1]} (`sky check {clouds[-1]}` says why); nothing was launched" in p.stderr
+    calls = _calls(tmp_path)
+    assert calls == [["check", *clouds]]  # checked every cloud of the plan, launched nothing
+
+
+def test_deploy_waits_for_health_and_names_the_replica(tmp_path: Path) -> None:
+    """Endpoints are filled only once every replica answers /health; a timeout names the replica,
+    its cluster and `sky logs CLUSTER`, and the router is not launched."""
+    out = _build(tmp_path)
+    env = _env(tmp_path)
+    names = sorted(f"three-regions-{r['id']}" for r in json.loads((out / "plan.json").read_text())["replicas"])
+    # one replica's endpoint answers nothing: a port nobody listens on
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    (tmp_path / "sky-state" / "endpoints.json").write_text(json.dumps({names[-1]: f"127.0.0.1:{dead}"}))
+    env.update(HC_HEALTH_TIMEOUT="1", HC_HEALTH_POLL="0.2")
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 1
+    rid = names[-1].removeprefix("three-regions-")
+    assert f"replica {rid} ({names[-1]}) not healthy after 1s at http://127.0.0.1:{dead}/health; its logs: sky logs {names[-1]}" in p.stderr
+    assert f"{names[0]:<40} healthy" in p.stdout
+    assert not any(c[:1] == ["launch"] and "three-regions-router" in c for c in _calls(tmp_path))
+    assert all(r["endpoint"] is None for r in json.loads((out / "router" / "routing.json").read_text())["replicas"])
+    # fixed: the re-run relaunches nothing, finds every replica healthy, fills the table, starts the router
+    (tmp_path / "sky-state" / "endpoints.json").write_text("{}")
+    p = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert all(f"{n:<40} healthy" in p.stdout for n in names)

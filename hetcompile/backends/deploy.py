@@ -23,6 +23,8 @@ def context(ir: Problem) -> dict:
         "replicas": reps,
         "groups": [r for r in reps if r["group"]],
         "router_cluster": f"{ir.name}-router",
+        # the clouds `sky check` must enable (the router runs in one of the replicas' clouds)
+        "clouds": sorted({n.cloud for n in ir.nodes}),
     }
 
 

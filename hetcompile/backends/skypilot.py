@@ -25,9 +25,9 @@ from hetcompile.ir.routing import VLLM_KEY_ENV
 
 HEREDOC = "HETCOMPILE_NODE_SCRIPT"
 ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
-# the replicas' bearer key: vLLM checks it on /v1/* (VLLM_API_KEY, the env form of --api-key; the
-# node script sets it from this). A managed secret on every replica task and on the router, which
-# sends it upstream (routing.json api_key_env). /health and /metrics stay open for the probes.
+# the replicas' bearer key: vLLM checks it on /v1/* (the node script passes it as --api-key).
+# A managed secret on every replica task and on the router, which sends it upstream
+# (routing.json api_key_env). /health and /metrics stay open for the probes.
 SECRETS = {"HF_TOKEN": None, VLLM_KEY_ENV: None}
 # a task must not start an unauthenticated server because the secret was not passed
 REQUIRE_KEY = f': "${{{VLLM_KEY_ENV}:?{VLLM_KEY_ENV} is not set: launch with --secret {VLLM_KEY_ENV} (deploy.sh does)}}"'

@@ -51,7 +51,7 @@ def engine_flags(ir: Problem, r: Replica, rank: int) -> list[str]:
             f"--master-port {MASTER_PORT}",
         ]
     if rank == 0:
-        flags += ['--host "$HOST"', '--port "$PORT"']
+        flags += ['--host "$HOST"', '--port "$PORT"', '"${AUTH[@]}"']
     else:
         flags.append("--headless")
     return flags

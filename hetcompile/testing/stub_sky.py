@@ -8,9 +8,15 @@ Every call is appended as one JSON line (argv) to state_dir/calls.jsonl. Behavio
 - `sky down -y NAME...`: fails when a NAME is in state_dir/fail_down, else removes it.
 - `sky jobs cancel -y -n NAME`: fails when NAME is in fail_down.
 - `sky status [--endpoint PORT NAME]`: a table of UP clusters / `127.0.0.1:PORT`.
-- `sky check`: succeeds.
-- `--secret NAME` (launch, jobs launch): like SkyPilot, takes NAME's value from the environment;
-  an unset or empty NAME fails the call (exit 1) before anything is recorded as UP.
+- `sky check CLOUD...`: like SkyPilot 0.14.1, exits 0 and prints `  Name: enabled [compute]` per
+  cloud, or `  Name: disabled` (with ANSI dim codes) for a cloud listed in state_dir/fail_check.
+- `sky status --endpoint PORT NAME`: state_dir/endpoint_default ("host:port") for every cluster
+  when present (tests point it at a local /health server).
+- `--secret NAME` (launch, jobs launch, exec): like SkyPilot, takes NAME's value from the
+  environment; an unset or empty NAME fails the call (exit 1) before anything is recorded as UP.
+- `sky exec NAME TASK ...`: fails when NAME is not UP or is in fail_exec; else copies the task's
+  `workdir` (relative to the cwd) to state_dir/exec/<n>/, n = 1, 2, ... (what the cluster got).
+- `sky status --endpoint PORT NAME`: state_dir/endpoints.json {NAME: "host:port"} overrides.
 The fail_* files hold one name per line.
 """
 
@@ -83,17 +89,41 @@ def _locked(state: Path, argv: list[str]) -> int:
         if "--endpoint" in argv:
             i = argv.index("--endpoint")
             port, name = argv[i + 1], argv[i + 2]
-            if name not in clusters:
+            if clusters.get(name) != "UP":
                 return 1
-            print(f"127.0.0.1:{port}")
+            eps = json.loads((state / "endpoints.json").read_text()) if (state / "endpoints.json").exists() else {}
+            default = state / "endpoint_default"
+            print(eps.get(name, default.read_text().strip() if default.exists() else f"127.0.0.1:{port}"))
         else:
             wanted = [a for a in argv[1:] if not a.startswith("-")]
             print("NAME  INFRA  STATUS")
             for name, st in sorted(clusters.items()):
                 if not wanted or name in wanted:
                     print(f"{name}  stub  {st}")
+    elif argv[:1] == ["exec"]:
+        name, task = argv[1], argv[2]
+        if clusters.get(name) != "UP" or name in _names(state, "fail_exec"):
+            print(f"sky exec: stub failure for {name}", file=sys.stderr)
+            return 1
+        import shutil
+
+        import yaml
+
+        workdir = (yaml.safe_load(Path(task).read_text()) or {}).get("workdir")
+        runs = state / "exec"
+        n = len(list(runs.iterdir())) + 1 if runs.exists() else 1
+        dest = runs / str(n)
+        if workdir:
+            shutil.copytree(workdir, dest)
+        else:
+            dest.mkdir(parents=True)
     elif argv[:1] == ["check"]:
-        print("stub: all clouds enabled")
+        print("Checking credentials to enable infra for SkyPilot.")
+        for c in argv[1:]:
+            if c in _names(state, "fail_check"):
+                print(f"\x1b[2m  {c.upper()}: disabled \x1b[0m\n    Reason: stub has no credentials for {c}")
+            else:
+                print(f"  {c.upper()}: enabled [compute]")
     else:
         print(f"stub sky: unsupported {argv}", file=sys.stderr)
         return 2

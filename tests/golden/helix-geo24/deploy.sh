@@ -25,6 +25,31 @@ case "$src" in
   *.whl) cp "$src" router/dist/ ;;
   *) python3 -m pip wheel --no-deps -q -w router/dist "$src" || { echo "deploy: cannot build a wheel from $src" >&2; exit 2; } ;;
 esac
+# credentials for every cloud the plan uses. `sky check CLOUD...` exits 0 even when a cloud is
+# disabled (SkyPilot 0.14.1, observed), so read its "  Name: enabled" lines (HC_SKIP_SKY_CHECK=1 skips)
+clouds=(kubernetes)
+if [ -z "${HC_SKIP_SKY_CHECK:-}" ]; then
+  checked="$(sky check "${clouds[@]}" 2>&1 | sed 's/\x1b\[[0-9;]*m//g')" || true
+  missing=()
+  for c in "${clouds[@]}"; do
+    printf '%s\n' "$checked" | grep -qiE "^ *$c: enabled" || missing+=("$c")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "deploy: no usable credentials for: ${missing[*]} (\`sky check ${missing[*]}\` says why); nothing was launched" >&2
+    exit 2
+  fi
+fi
+
+# --- secrets: generated once, kept (mode 600) next to this script, never on a command line ------
+secret() {  # VAR FILE: VAR from this environment, else from FILE, else a new random value saved there
+  if [ -z "${!1:-}" ]; then
+    [ -s "$2" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > "$2")
+    printf -v "$1" '%s' "$(cat "$2")"
+  fi
+  export "${1?}"
+}
+secret HC_VLLM_API_KEY vllm.key  # the replicas' /v1 key; the router sends it upstream
+secret HC_ROUTER_TOKEN router.token  # what clients send to the router
 
 # --- secrets: generated once, kept (mode 600) next to this script, never on a command line ------
 secret() {  # VAR FILE: VAR from this environment, else from FILE, else a new random value saved there
@@ -82,6 +107,24 @@ endpoint() {  # cluster -> http://host:port of the head
 # r0 is a managed Job Group: SkyPilot prints no endpoint for it. Give the head's address
 # (stage s0, port 8000, e.g. a Kubernetes Service in front of pod s0-0) as HC_ENDPOINT_R0.
 : "${HC_ENDPOINT_R0:?set HC_ENDPOINT_R0=http://HOST:8000 (the head of job group helix-geo24-r0)}"
+
+# --- wait until every replica answers /health (vLLM: 200 once the engine is up) -----------------
+healthy() {  # url: true when GET url answers 200
+  python3 -c 'import sys, urllib.request as u; sys.exit(0 if u.urlopen(sys.argv[1], timeout=5).status == 200 else 1)' "$1" 2>/dev/null
+}
+wait_healthy() {  # replica cluster endpoint
+  local t0=$SECONDS
+  until healthy "$3/health"; do
+    if [ $((SECONDS - t0)) -ge "${HC_HEALTH_TIMEOUT:-1200}" ]; then
+      echo "deploy FAILED: replica $1 ($2) not healthy after ${HC_HEALTH_TIMEOUT:-1200}s at $3/health; its logs: sky logs $2" >&2
+      echo "still running (billing): ${ok[*]}" >&2
+      echo "re-run this script once it is fixed (clusters UP are kept), or clean up with: $here/teardown.sh" >&2
+      exit 1
+    fi
+    sleep "${HC_HEALTH_POLL:-10}"
+  done
+  printf '%-40s %s\n' "$2" healthy
+}
 
 hetcompile fill-endpoints router/routing.json \
   r0="$HC_ENDPOINT_R0" \

@@ -7,9 +7,12 @@ MODEL=meta-llama/Llama-3.1-8B-Instruct
 MODEL="${HC_MODEL:-$MODEL}"
 HOST="${HC_HOST:-0.0.0.0}"
 PORT="${HC_PORT:-8000}"
-# /v1/* needs this bearer key (vLLM reads VLLM_API_KEY as it reads --api-key; the env keeps the key
-# out of `ps`); the SkyPilot task refuses to start without it, local runs may leave it unset
-if [ -n "${HC_VLLM_API_KEY:-}" ]; then export VLLM_API_KEY="$HC_VLLM_API_KEY"; fi
+# vLLM requires this bearer key on /v1/* (--api-key; /health and /metrics stay open). The SkyPilot
+# task gets it as a managed secret and refuses to start without it; a local run without it serves
+# /v1 to anyone who reaches the port, and says so.
+AUTH=()
+if [ -n "${HC_VLLM_API_KEY:-}" ]; then AUTH=(--api-key "$HC_VLLM_API_KEY")
+else echo "node0: HC_VLLM_API_KEY is not set: vLLM serves /v1 WITHOUT auth" >&2; fi
 exec vllm serve "$MODEL" \
   --served-model-name llama-3.1-8b \
   --tensor-parallel-size 1 \
@@ -20,4 +23,5 @@ exec vllm serve "$MODEL" \
   --max-num-seqs 256 \
   --host "$HOST" \
   --port "$PORT" \
+  "${AUTH[@]}" \
   ${HC_EXTRA_ARGS:-}

@@ -7,9 +7,12 @@ MODEL=meta-llama/Llama-2-13b-chat-hf
 MODEL="${HC_MODEL:-$MODEL}"
 HOST="${HC_HOST:-0.0.0.0}"
 PORT="${HC_PORT:-8000}"
-# /v1/* needs this bearer key (vLLM reads VLLM_API_KEY as it reads --api-key; the env keeps the key
-# out of `ps`); the SkyPilot task refuses to start without it, local runs may leave it unset
-if [ -n "${HC_VLLM_API_KEY:-}" ]; then export VLLM_API_KEY="$HC_VLLM_API_KEY"; fi
+# vLLM requires this bearer key on /v1/* (--api-key; /health and /metrics stay open). The SkyPilot
+# task gets it as a managed secret and refuses to start without it; a local run without it serves
+# /v1 to anyone who reaches the port, and says so.
+AUTH=()
+if [ -n "${HC_VLLM_API_KEY:-}" ]; then AUTH=(--api-key "$HC_VLLM_API_KEY")
+else echo "node0: HC_VLLM_API_KEY is not set: vLLM serves /v1 WITHOUT auth" >&2; fi
 MASTER_ADDR="${HC_MASTER_ADDR:?set HC_MASTER_ADDR to the address of node 0}"
 export VLLM_PP_LAYER_PARTITION="20,20"
 exec vllm serve "$MODEL" \
@@ -27,4 +30,5 @@ exec vllm serve "$MODEL" \
   --master-port 29501 \
   --host "$HOST" \
   --port "$PORT" \
+  "${AUTH[@]}" \
   ${HC_EXTRA_ARGS:-}

@@ -1,0 +1,216 @@
+"""The migration as actions: which cluster each step touches, the `sky` argv, the table to route.
+
+Pure: reads the two build directories (plan.json, sky/*.yaml, router/routing.json) and the
+Migration explain computed; runs nothing. A unit that runs in the old plan (removed, the old side
+of a changed replica, or untouched) is the old plan's cluster `<old plan>-<old id>`; a new unit is
+`<new plan>-<new id>`, launched from NEW/sky/<id>.yaml with a `--secret` for every secret the task
+declares. Route and drain steps carry the routing table to serve after the step: each routed
+unit with the replica entry of the plan whose mix it serves and the weights k_{r,w}/K_w of
+explain's table (the new plan's own routing.json, unchanged, once only new-mix units are routed).
+The router that runs is the old plan's (`<old plan>-router`); a table reaches it by
+`sky exec` of a small task whose workdir holds the table (SkyPilot syncs a task's workdir to
+~/sky_workdir, where the router reads routing.json, on every `sky exec`) and whose run POSTs
+the router's own /admin/reload on loopback with the router token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from hetcompile.backends.canon import dumps_yaml, natural_key
+from hetcompile.explain import diff_plans, read_plan
+from hetcompile.explain.migrate import Plans, State, apply
+from hetcompile.explain.model import Migration, Routed, Unit
+from hetcompile.ir.errors import HetcompileError
+from hetcompile.ir.routing import ReplicaWeight, RoutedReplica, RoutingTable
+
+ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
+RELOAD_TASK = "migrate/reload.yaml"
+RELOAD_DIR = "migrate/router"
+
+
+class RolloutError(HetcompileError):
+    """A migration that cannot be carried out as the plans stand (before anything runs)."""
+
+    kind = "migrate error"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a unit runs: its cluster, the build directory and replica id of its task, its port."""
+
+    cluster: str
+    side: str  # "old" | "new": the build directory holding its task and routing entry
+    rid: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Action:
+    index: int
+    kind: str  # launch | route | drain | teardown
+    text: str
+    cluster: str | None = None
+    argv: tuple[str, ...] = ()  # the sky command of launch / teardown (run in the NEW directory)
+    table: RoutingTable | None = None  # route / drain: the table after the step (endpoints unfilled)
+    endpoints: tuple[tuple[str, str, int], ...] = ()  # (table replica id, cluster, port) to fill in
+    running: tuple[str, ...] = ()  # clusters running after the step
+    final: bool = False  # route: the new plan's own table
+    port: int = 0  # launch: the port its health is probed on
+    leaving: tuple[str, ...] = ()  # route / drain: table ids a later step tears down (may be gone on a re-run)
+
+
+@dataclass(frozen=True)
+class Rollout:
+    old_dir: Path
+    new_dir: Path
+    old_plan: str
+    new_plan: str
+    migration: Migration
+    router_cluster: str
+    router_port: int
+    actions: tuple[Action, ...]
+    reload_task: str  # the text of NEW/migrate/reload.yaml
+    running: tuple[str, ...] = ()  # clusters running before the first step
+    incoming: tuple[str, ...] = ()  # clusters the steps launch
+    notes: tuple[str, ...] = field(default=())
+
+
+def _task(d: Path, rid: str) -> dict:
+    path = d / "sky" / f"{rid}.yaml"
+    try:
+        docs = list(yaml.safe_load_all(path.read_text()))
+    except OSError as e:
+        raise RolloutError(f"cannot read {path}: {e.strerror or e}") from None
+    return docs[0] if docs else {}
+
+
+def _port(task: dict, path: str) -> int:
+    ports = (task.get("resources") or {}).get("ports")
+    if isinstance(ports, list):
+        ports = ports[0] if ports else None
+    try:
+        return int(ports)
+    except (TypeError, ValueError):
+        raise RolloutError(f"{path}: no single resources.ports to reach the server on") from None
+
+
+def _table(d: Path) -> RoutingTable:
+    path = d / "router" / "routing.json"
+    try:
+        return RoutingTable.model_validate_json(path.read_text())
+    except OSError as e:
+        raise RolloutError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def target(old: dict, new: dict, u: Unit, old_dir: Path, new_dir: Path) -> Target:
+    side, d, rid, plan = ("old", old_dir, u.old, old) if u.old is not None else ("new", new_dir, u.new, new)
+    return Target(cluster=f"{plan['plan']}-{rid}", side=side, rid=rid, port=_port(_task(d, rid), f"{d}/sky/{rid}.yaml"))
+
+
+def routed_table(rows: tuple[Routed, ...], old_rt: RoutingTable, new_rt: RoutingTable) -> tuple[RoutingTable, dict[str, Unit]]:
+    """The routing table serving `rows`, and which unit each of its replica ids is."""
+    new_ids = {r.unit.new for r in rows if r.mix == "new"}
+    if all(r.mix == "new" for r in rows) and new_ids == {x.id for x in new_rt.replicas}:
+        return new_rt, {r.unit.new: r.unit for r in rows}
+    specs = {"old": {x.id: x for x in old_rt.replicas}, "new": {x.id: x for x in new_rt.replicas}}
+    reps: list[RoutedReplica] = []
+    ids: dict[str, Unit] = {}
+    weights: dict[tuple[str, str], list[ReplicaWeight]] = {}
+    for r in rows:
+        rid = r.unit.new if r.mix == "new" else r.unit.old
+        tid = rid if r.mix == "new" or rid not in new_ids else f"old-{rid}"
+        spec = specs[r.mix][rid].model_copy(update={"id": tid, "endpoint": None})
+        reps.append(spec)
+        ids[tid] = r.unit
+        for w, x in r.weights.items():
+            weights.setdefault((spec.model, w), []).append(ReplicaWeight(replica=tid, weight=round(x, 6)))
+    models = {m.name: m for m in old_rt.models} | {m.name: m for m in new_rt.models}
+    out_models = []
+    for name in sorted(models):
+        classes = tuple(c.model_copy(update={"weights": tuple(sorted(weights.get((name, c.name), []), key=lambda w: natural_key(w.replica)))})
+                        for c in models[name].classes)
+        out_models.append(models[name].model_copy(update={"classes": classes}))
+    table = new_rt.model_copy(update={"models": tuple(out_models), "replicas": tuple(sorted(reps, key=lambda x: natural_key(x.id)))})
+    return RoutingTable.model_validate(table.model_dump()), ids
+
+
+def reload_task(plan: str, port: int) -> str:
+    code = ("import os, urllib.request as u; "
+            f"r = u.Request('http://127.0.0.1:{port}/admin/reload', method='POST', "
+            f"headers={{'Authorization': 'Bearer ' + os.environ['{ROUTER_TOKEN_ENV}']}}); "
+            "print(u.urlopen(r, timeout=60).read().decode())")
+    return dumps_yaml({
+        "name": f"{plan}-router-reload",
+        "workdir": RELOAD_DIR,
+        "secrets": {ROUTER_TOKEN_ENV: None},
+        "run": f'python3 -c "{code}"\n',
+    })
+
+
+def rollout_plan(old_dir: Path, new_dir: Path) -> Rollout:
+    old, new = read_plan(old_dir, "old plan"), read_plan(new_dir, "new plan")
+    old_dir = old_dir if old_dir.is_dir() else old_dir.parent
+    new_dir = new_dir if new_dir.is_dir() else new_dir.parent
+    mixed = [f"old {r['id']}" for r in old["replicas"] if r.get("mixed")] + \
+        [f"new {r['id']}" for r in new["replicas"] if r.get("mixed")]
+    if mixed:  # managed Job Groups: no cluster to `sky launch` / `sky down`, no endpoint from `sky status`
+        raise RolloutError(f"migrate does not handle mixed-GPU Job Groups yet ({', '.join(mixed)})",
+                           hint="use the plans' deploy.sh / teardown.sh for those plans")
+    mig = diff_plans(old, new).migration
+    p = Plans(old, new)
+    old_rt, new_rt = _table(old_dir), _table(new_dir)
+    router = _task(old_dir, "router")
+    notes = []
+    for u in mig.untouched:
+        if u.old != u.new or old["plan"] != new["plan"]:
+            notes.append(f"{u.label} keeps running as cluster {old['plan']}-{u.old}; the new plan's teardown.sh calls it "
+                         f"{new['plan']}-{u.new}")
+    state = State(list(mig.untouched) + sorted({s.unit for s in mig.steps if s.unit is not None and s.unit.new is None},
+                                                  key=lambda u: natural_key(u.old or "")),
+                  {})
+    state = State(state.running, {u: "old" for u in state.running})
+    actions = []
+
+    def clusters(st: State) -> tuple[str, ...]:
+        return tuple(sorted((target(old, new, x, old_dir, new_dir).cluster for x in st.running), key=natural_key))
+
+    before = clusters(state)
+    for s in mig.steps:
+        u = s.unit
+        state_before, state = state, apply(state, p, s)
+        after = clusters(state)
+        if s.action in ("launch", "teardown"):
+            t = target(old, new, u, old_dir, new_dir)
+            if s.action == "launch":
+                if t.cluster in clusters(state_before):
+                    raise RolloutError(
+                        f"step {s.index}: {u.label} would launch as cluster {t.cluster}, which already runs a replica of "
+                        f"the old plan ({old['plan']})", hint="build the new plan with `--previous OLD/plan.json`: "
+                        "replica ids (and so cluster names) are then never reused")
+                secrets = sorted((_task(new_dir, t.rid).get("secrets") or {}))
+                argv = ("sky", "launch", "-y", "-d", "-c", t.cluster, f"sky/{t.rid}.yaml",
+                        *[a for k in secrets for a in ("--secret", k)])
+            else:
+                argv = ("sky", "down", "-y", t.cluster)
+            actions.append(Action(s.index, s.action, s.text, t.cluster, argv, running=after, port=t.port))
+        else:
+            rows = s.routed if s.action == "route" else state.table(p)
+            table, ids = routed_table(rows, old_rt, new_rt)
+            eps = []
+            for tid, unit in sorted(ids.items(), key=lambda kv: natural_key(kv[0])):
+                t = target(old, new, unit, old_dir, new_dir)
+                eps.append((tid, t.cluster, t.port))
+            cluster = target(old, new, u, old_dir, new_dir).cluster if u is not None else None
+            later = {target(old, new, x.unit, old_dir, new_dir).cluster for x in mig.steps
+                     if x.index > s.index and x.action == "teardown"}
+            actions.append(Action(s.index, s.action, s.text, cluster, table=table, endpoints=tuple(eps), running=after,
+                                  final=table is new_rt, leaving=tuple(t for t, c, _ in eps if c in later)))
+    return Rollout(old_dir=old_dir, new_dir=new_dir, old_plan=old["plan"], new_plan=new["plan"], migration=mig,
+                   router_cluster=f"{old['plan']}-router", router_port=_port(router, f"{old_dir}/sky/router.yaml"),
+                   actions=tuple(actions), reload_task=reload_task(old["plan"], _port(router, f"{old_dir}/sky/router.yaml")),
+                   notes=tuple(notes), running=before,
+                   incoming=tuple(a.cluster for a in actions if a.kind == "launch"))

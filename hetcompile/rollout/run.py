@@ -1,0 +1,221 @@
+"""Execute a Rollout: one action at a time, a status line each, stop at the first failure.
+
+launch    `sky launch` unless `sky status` lists the cluster UP; then wait for GET <endpoint>/health
+route     fill the table's endpoints (`sky status --endpoint`), write it, push it to the router
+drain     the same with the unit left out, then wait --drain seconds for its in-flight requests
+teardown  `sky down -y` unless `sky status` no longer lists the cluster
+
+NEW/migrate/state.json records the steps done (for this pair of plans); a re-run skips them, and
+launch/teardown also skip what `sky status` shows already done, so re-running after a failure,
+or after fixing something by hand, is safe. On a failure it prints what runs, what the router
+serves, and how to continue or clean up, and returns 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from hetcompile.backends.canon import dumps_json
+from hetcompile.rollout.plan import RELOAD_DIR, RELOAD_TASK, ROUTER_TOKEN_ENV, Action, Rollout
+
+# secrets deploy.sh generated into the old build directory (mode 600): a re-run reuses them
+SECRET_FILES = {ROUTER_TOKEN_ENV: "router.token", "HC_VLLM_API_KEY": "vllm.key"}
+
+
+class StepFailed(Exception):
+    pass
+
+
+def http_ok(url: str, timeout: float = 5.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - an endpoint sky printed
+            return r.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+class Runner:
+    def __init__(self, ro: Rollout, *, env: dict[str, str] | None = None, probe: Callable[[str], bool] = http_ok,
+                 health_timeout: float = 1200.0, poll: float = 10.0, drain_s: float = 60.0,
+                 log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep):
+        self.ro, self.probe, self.log, self.sleep = ro, probe, log, sleep
+        self.env = dict(os.environ if env is None else env)
+        self.health_timeout, self.poll, self.drain_s = health_timeout, poll, drain_s
+        self.journal = ro.new_dir / "migrate" / "state.json"
+        self.key = hashlib.sha256(((ro.old_dir / "plan.json").read_bytes() + b"\0" +
+                                   (ro.new_dir / "plan.json").read_bytes())).hexdigest()[:16]
+
+    # -- sky -------------------------------------------------------------------------------
+    def sky(self, *args: str, capture: bool = False) -> subprocess.CompletedProcess:
+        return subprocess.run(["sky", *args], cwd=self.ro.new_dir, env=self.env, text=True,
+                              capture_output=capture, check=False)
+
+    def listed(self, cluster: str) -> str | None:
+        """The status `sky status CLUSTER` shows for it (UP, INIT, STOPPED, ...), None when not listed."""
+        p = self.sky("status", cluster, capture=True)
+        for line in p.stdout.splitlines():
+            f = line.split()
+            if f and f[0] == cluster:
+                return next((x for x in f[1:] if x in ("UP", "INIT", "STOPPED", "JOB")), f[-1])
+        return None
+
+    def endpoint(self, cluster: str, port: int) -> str:
+        p = self.sky("status", "--endpoint", str(port), cluster, capture=True)
+        ep = (p.stdout.strip().splitlines() or [""])[-1].strip()
+        if p.returncode != 0 or not ep:
+            raise StepFailed(f"no endpoint for {cluster} port {port} (`sky status --endpoint {port} {cluster}` "
+                             f"exited {p.returncode}: {p.stderr.strip()[-300:]})")
+        return ep if ep.startswith(("http://", "https://")) else f"http://{ep}"
+
+    # -- journal ---------------------------------------------------------------------------
+    def done(self) -> set[int]:
+        try:
+            j = json.loads(self.journal.read_text())
+        except (OSError, ValueError):
+            return set()
+        return set(j.get("done", [])) if j.get("key") == self.key else set()
+
+    def mark(self, index: int) -> None:
+        d = self.done() | {index}
+        self.journal.parent.mkdir(parents=True, exist_ok=True)
+        self.journal.write_text(dumps_json({"key": self.key, "done": sorted(d)}))
+
+    # -- steps -----------------------------------------------------------------------------
+    def preflight(self) -> list[str]:
+        problems = []
+        if shutil.which("sky", path=self.env.get("PATH")) is None:
+            problems.append("'sky' is not on PATH (pip install 'skypilot==0.14.*')")
+        needed = {ROUTER_TOKEN_ENV}
+        for a in self.ro.actions:
+            needed |= {a.argv[i + 1] for i, x in enumerate(a.argv[:-1]) if x == "--secret"}
+        for k in sorted(needed):
+            if self.env.get(k):
+                continue
+            f = self.ro.old_dir / SECRET_FILES.get(k, "")
+            if k in SECRET_FILES and f.is_file() and f.read_text().strip():
+                self.env[k] = f.read_text().strip()
+            else:
+                where = f" or in {f}" if k in SECRET_FILES else ""
+                problems.append(f"{k} is not set in the environment{where}")
+        return problems
+
+    def launch(self, a: Action) -> str:
+        st = self.listed(a.cluster)
+        if st == "UP":
+            how = "already UP, not relaunched"
+        else:
+            if self.sky(*a.argv[1:]).returncode != 0:
+                raise StepFailed(f"`{' '.join(a.argv)}` failed")
+            how = "launched"
+        url = self.endpoint(a.cluster, a.port) + "/health"
+        t0 = time.monotonic()
+        while not self.probe(url):
+            if time.monotonic() - t0 >= self.health_timeout:
+                raise StepFailed(f"{a.cluster} not healthy after {self.health_timeout:g}s (GET {url}); "
+                                 f"its logs: sky logs {a.cluster}")
+            self.sleep(self.poll)
+        return f"{how}, healthy"
+
+    def route(self, a: Action) -> str:
+        eps, gone = {}, set()
+        for tid, c, port in a.endpoints:
+            # a re-run without the journal: a replica a later step tears down may be down already;
+            # it leaves the table a little early (anything else missing is a failure)
+            if tid in a.leaving and self.listed(c) is None:
+                gone.add(tid)
+                continue
+            eps[tid] = self.endpoint(c, port)
+        table = a.table
+        if gone:
+            models = tuple(m.model_copy(update={"classes": tuple(
+                c.model_copy(update={"weights": tuple(w for w in c.weights if w.replica not in gone)}) for c in m.classes)})
+                for m in table.models)
+            table = table.model_copy(update={"models": models,
+                                             "replicas": tuple(r for r in table.replicas if r.id not in gone)})
+        reps = tuple(r.model_copy(update={"endpoint": eps[r.id]}) for r in table.replicas)
+        text = dumps_json(table.model_copy(update={"replicas": reps}).model_dump(mode="json"))
+        d = self.ro.new_dir / RELOAD_DIR
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "routing.json").write_text(text)
+        if a.final:  # NEW/router/routing.json now names the endpoints, as after deploy.sh
+            (self.ro.new_dir / "router" / "routing.json").write_text(text)
+        p = self.sky("exec", self.ro.router_cluster, RELOAD_TASK, "--secret", ROUTER_TOKEN_ENV)
+        if p.returncode != 0:
+            raise StepFailed(f"the router did not take the table (`sky exec {self.ro.router_cluster} {RELOAD_TASK}` "
+                             f"exited {p.returncode}; its logs: sky logs {self.ro.router_cluster})")
+        left = f" ({', '.join(sorted(gone))} already down)" if gone else ""
+        return f"router serves {', '.join(sorted(eps)) or 'nothing'}{left}"
+
+    def drain(self, a: Action) -> str:
+        out = self.route(a)
+        if self.drain_s > 0:
+            self.sleep(self.drain_s)
+        return f"{out}; waited {self.drain_s:g}s for in-flight requests"
+
+    def teardown(self, a: Action) -> str:
+        if self.listed(a.cluster) is None:
+            return "already down"
+        if self.sky(*a.argv[1:]).returncode != 0:
+            raise StepFailed(f"`{' '.join(a.argv)}` failed; {a.cluster} may still be running and billing")
+        return "down"
+
+    # -- the whole migration ---------------------------------------------------------------
+    def run(self) -> int:
+        ro = self.ro
+        n = len(ro.actions)
+        self.log(f"migrate {ro.old_plan} -> {ro.new_plan}: {ro.migration.mode}, {n} step(s)")
+        for note in ro.notes:
+            self.log(f"  note: {note}")
+        if n == 0:
+            self.log("nothing to do: the new plan deploys exactly what runs")
+            return 0
+        problems = self.preflight()
+        if problems:
+            for p in problems:
+                self.log(f"migrate: {p}")
+            self.log("migrate: nothing was changed")
+            return 2
+        (ro.new_dir / "migrate").mkdir(parents=True, exist_ok=True)
+        (ro.new_dir / RELOAD_TASK).write_text(ro.reload_task)
+        done = self.done()
+        running = ro.running
+        for a in ro.actions:
+            head = f"[{a.index}/{n}] {a.text}"
+            if a.index in done:
+                self.log(f"{head}: done in an earlier run, skipped")
+                running = a.running
+                continue
+            self.log(f"{head} ...")
+            try:
+                status = getattr(self, a.kind)(a)
+            except StepFailed as e:
+                self.failed(a, str(e), running)
+                return 1
+            self.mark(a.index)
+            running = a.running
+            self.log(f"[{a.index}/{n}] {a.kind}: {status}")
+        self.log(f"migrate: done; {ro.new_plan} runs on {', '.join(running)} behind {ro.router_cluster}")
+        return 0
+
+    def failed(self, a: Action, why: str, running: tuple[str, ...]) -> None:
+        ro = self.ro
+        last = max((x.index for x in ro.actions if x.kind in ("route", "drain") and x.index in self.done()), default=None)
+        serving = f"the table of step {last}" if last else f"the old plan's table ({ro.old_plan})"
+        self.log(f"migrate FAILED at step {a.index} ({a.kind}): {why}")
+        self.log(f"  running (billing): {', '.join(running)}" + (f"; and {a.cluster} may be partly up"
+                 if a.kind == "launch" and a.cluster not in running else ""))
+        self.log(f"  the router ({ro.router_cluster}) serves {serving}")
+        self.log(f"  continue: fix the cause, then re-run `hetcompile migrate {ro.old_dir} {ro.new_dir}` "
+                 "(steps done are skipped)")
+        new = [c for c in ro.incoming if c in running or (a.kind == "launch" and c == a.cluster)]
+        if new:
+            self.log(f"  or give up on the new plan's replicas: sky down -y {' '.join(new)} "
+                     "(once the router routes none of them)")
