@@ -16,19 +16,23 @@ For a target F (bisection between the incumbent and the bound):
     integer     sum_b l_b y_b = L,  sum_b units_gb y_b <= N_g,  y integer  (small MILP)
 An integer solution is a placement with flow >= F on a network whose links do not bind; its
 exact flow is then computed on the real graph (evaluate.py). A failed F proves nothing.
+
+Work (budget.py): one unit per LP or MILP solve; the integer master stops at MILP_NODES
+branch-and-bound nodes. The wall clock is only the budget's cap.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
+from hetcompile.placement.budget import Budget
 from hetcompile.placement.result import StageUnit
 from hetcompile.placement.solver import small_lp, small_milp
 from hetcompile.placement.tables import GroupTable, best_split
 
 Q = 400  # capacity resolution of the pricing DP (units of F / Q)
+MILP_NODES = 200  # branch-and-bound nodes of one integer master (its gap target is 5%)
 Block = tuple[int, tuple[tuple[int, int, int], ...]]  # (length, ((table j, branch size m, branches), ...))
 
 
@@ -122,7 +126,7 @@ class BlockSearch:
             u[j] += m * cnt
         return u
 
-    def columns(self, F: float, *, deadline: float, max_rounds: int = 60) -> list[Block]:
+    def columns(self, F: float, budget: Budget, *, max_rounds: int = 60) -> list[Block]:
         """Column generation for the master LP at flow F; sets `last_lp` (layers coverable)."""
         lengths = range(1, self.L + 1)
         cols: dict[Block, None] = {}
@@ -134,6 +138,8 @@ class BlockSearch:
         if not cols:
             return []
         for _ in range(max_rounds):
+            if not budget.take():
+                break
             cl = list(cols)
             R = np.array([self._units(b) for b in cl]).T
             res = small_lp(np.array([b[0] for b in cl], dtype=float), R, self.N)
@@ -145,13 +151,13 @@ class BlockSearch:
                 if blk is not None and length - cost > 1e-7 and blk not in cols:
                     cols[blk] = None
                     added += 1
-            if not added or time.perf_counter() > deadline:
+            if not added:
                 break
         return list(cols)
 
-    def solve_at(self, F: float, *, deadline: float) -> BlockSolution | None:
-        cols = self.columns(F, deadline=deadline)
-        if not cols or self.last_lp < self.L - 1e-6:
+    def solve_at(self, F: float, budget: Budget) -> BlockSolution | None:
+        cols = self.columns(F, budget)
+        if not cols or self.last_lp < self.L - 1e-6 or not budget.take():
             return None
         cl = list(cols)
         R = np.array([self._units(b) for b in cl])
@@ -161,7 +167,8 @@ class BlockSearch:
         hi = np.concatenate([[self.L], self.N.astype(float)])
         cost = R.sum(axis=1)  # fewest nodes among the feasible ones
         out = small_milp(cost, A, lo, hi, np.zeros(n), np.full(n, float(self.L)), np.ones(n, dtype=bool),
-                         time_limit_s=max(0.5, min(5.0, deadline - time.perf_counter())), gap=0.05)
+                         time_limit_s=budget.seconds_left(), gap=0.05, node_limit=MILP_NODES)
+        budget.note(out.timed_out)
         if out.x is None:
             return None
         y = np.round(out.x).astype(int)
@@ -170,23 +177,24 @@ class BlockSearch:
             blocks += [b] * int(cnt)
         return BlockSolution(F, tuple(sorted(blocks, key=lambda b: (-b[0], b[1]))))
 
-    def search(self, lo: float, hi: float, *, time_limit_s: float, rel_tol: float = 1e-3) -> BlockSolution | None:
+    def search(self, lo: float, hi: float, budget: Budget, *, rel_tol: float = 1e-3) -> BlockSolution | None:
         """Bisection on F; returns the best integer block solution found."""
-        deadline = time.perf_counter() + time_limit_s
         best = None
         if hi <= 1e-9 * max(1.0, lo):  # a bound of (numerically) zero: no flow to search for
             return None
         # try near the top first: when the bound is tight the first probe already succeeds
         probes = [hi * (1 - 1e-6)]
-        while time.perf_counter() < deadline:
+        while not budget.exhausted:
             F = probes.pop() if probes else 0.5 * (lo + hi)
             if hi - lo <= rel_tol * hi and not probes:
                 break
-            sol = self.solve_at(F, deadline=deadline)
+            sol = self.solve_at(F, budget)
             if sol is not None:
                 best, lo = sol, F
                 if F >= hi * (1 - rel_tol):
                     break
+            elif budget.exhausted:  # a probe cut off by the budget proves nothing
+                break
             else:
                 hi = F
         return best

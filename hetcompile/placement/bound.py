@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from hetcompile.placement.budget import Budget
 from hetcompile.placement.solver import small_lp, small_milp
 from hetcompile.placement.tables import GroupTable
 
@@ -116,7 +117,7 @@ class PatternBound:
         pat = tuple((j, k, int(x)) for (j, k), x in zip(self.items, m) if x > 0)
         return float(sum(pi[j] * mm / k for j, k, mm in pat)), pat
 
-    def layers(self, F: float, *, deadline: float = np.inf, early: bool = True) -> tuple[float, bool]:
+    def layers(self, F: float, budget: Budget, *, early: bool = True) -> tuple[float, bool]:
         """(max layers coverable at flow F, proven): proven means no improving column is left.
 
         `early`: stop as soon as L layers are reached (enough to call F LP-feasible); `duals`
@@ -131,6 +132,8 @@ class PatternBound:
             self.pool[pat] = None
         val = 0.0
         for _ in range(500):
+            if not budget.take():  # one unit per LP solve (budget.py)
+                return val, False
             R = np.array([self._usage(pat) for pat in cols]).T
             res = small_lp(np.ones(len(cols)), R, self.N)
             self.lp_solves += 1
@@ -144,20 +147,18 @@ class PatternBound:
                 return val, True
             cols.append(pat)
             self.pool[pat] = None
-            if time.perf_counter() > deadline:
-                return val, False
         return val, False
 
-    def infeasible(self, F: float, *, deadline: float = np.inf) -> bool | None:
-        """True: no placement reaches F (proven); False: cannot tell; None: out of time."""
-        val, proven = self.layers(F, deadline=deadline)
+    def infeasible(self, F: float, budget: Budget) -> bool | None:
+        """True: no placement reaches F (proven); False: cannot tell; None: out of work or time."""
+        val, proven = self.layers(F, budget)
         if not proven:
             return None
         if val < self.L * (1 - 1e-7):
             return True
         if self.crossing is None or F <= self.crossing.pair_cap:
             return False
-        val, proven = self.layers(F, deadline=deadline, early=False)
+        val, proven = self.layers(F, budget, early=False)
         if not proven or self.duals is None:
             return None
         pi = np.maximum(self.duals, 0.0)
@@ -167,16 +168,20 @@ class PatternBound:
         rho = 1.0 - cost
         return val + rho < self.L * (1 - 1e-6)
 
-    def bound(self, lo: float, hi: float, *, rel_tol: float = 2e-4, time_limit_s: float = 30.0) -> BoundResult:
-        """Smallest proven F_hi with an infeasible pattern LP, by bisection on [lo, hi]."""
+    def bound(self, lo: float, hi: float, budget: Budget | None = None, *, rel_tol: float = 2e-4) -> BoundResult:
+        """Smallest proven F_hi with an infeasible pattern LP, by bisection on [lo, hi].
+
+        Stops at rel_tol or when `budget` (one unit per LP solve; default: unlimited) runs out;
+        every F_hi it returns is proven, so a cut-off only leaves the bound looser.
+        """
+        budget = budget if budget is not None else Budget(10**12)
         t0 = time.perf_counter()
-        deadline = t0 + time_limit_s
         it = 0
         lo = max(lo, 0.0)
-        while hi - lo > rel_tol * max(hi, 1e-9) and time.perf_counter() < deadline:
+        while hi - lo > rel_tol * max(hi, 1e-9) and not budget.exhausted:
             it += 1
             mid = 0.5 * (lo + hi)
-            verdict = self.infeasible(mid, deadline=deadline)
+            verdict = self.infeasible(mid, budget)
             if verdict is None:
                 break
             if verdict:

@@ -35,6 +35,22 @@ class Budget:
         return True
 
     @property
+    def exhausted(self) -> bool:
+        """No unit can be taken any more (work used up, or the cap passed)."""
+        if self.stopped_by is None and time.perf_counter() > self.deadline:
+            self.stopped_by = "time"
+        return self.stopped_by is not None or self.spent >= self.work
+
+    def seconds_left(self, floor: float = 0.2) -> float:
+        """Wall-clock cap for one inner solve (at least `floor`; a large number when uncapped)."""
+        return max(floor, min(1e6, self.deadline - time.perf_counter()))
+
+    def note(self, timed_out: bool) -> None:
+        """An inner solve stopped on its wall-clock cap: what follows depends on the machine."""
+        if timed_out:
+            self.stopped_by = "time"
+
+    @property
     def left(self) -> int:
         return max(0, self.work - self.spent)
 

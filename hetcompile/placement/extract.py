@@ -3,13 +3,13 @@
 The group models decide how many nodes of a group hold each [a, b); which concrete node takes
 which interval matters only where links bind (node pairs differ, e.g. the Helix geo cluster).
 There a first-improvement local search swaps the nodes of two intervals of one group (or an
-interval and an idle node) while the exact max flow (networkx) grows.
+interval and an idle node) while the exact max flow (networkx) grows; one unit of work
+(budget.py) per flow evaluated.
 """
 
 from __future__ import annotations
 
-import time
-
+from hetcompile.placement.budget import Budget
 from hetcompile.placement.evaluate import helix_flow
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.result import StageUnit
@@ -32,14 +32,13 @@ def units_from_intervals(
 
 
 def improve_assignment(
-    p: PlacementProblem, units: list[StageUnit], *, partial: bool, time_limit_s: float
+    p: PlacementProblem, units: list[StageUnit], budget: Budget, *, partial: bool
 ) -> tuple[list[StageUnit], float]:
     """Swap nodes within groups while the exact Helix flow improves (binding links only matter)."""
-    deadline = time.perf_counter() + time_limit_s
     best, _ = helix_flow(p, units, partial=partial)
     units = list(units)
     improved = True
-    while improved and time.perf_counter() < deadline:
+    while improved and not budget.exhausted:
         improved = False
         for i in range(len(units)):
             ui = units[i]
@@ -49,7 +48,7 @@ def improve_assignment(
                      and (units[k].start, units[k].end) != (ui.start, ui.end)]
             cands += [("idle", n) for n in idle]
             for kind, c in cands:
-                if time.perf_counter() > deadline:
+                if not budget.take():
                     break
                 trial = list(units)
                 if kind == "swap":

@@ -18,22 +18,24 @@ pair capacity). For a target F and a region order, one small MILP decides everyt
     W_out(sigma) >= sum a psi,  W_in(sigma+1) >= sum c psi.
 Interior block columns come from column generation per region (blocks.py pricing). The exact
 flow of the realized placement (evaluate.py, after node swaps) is what `place` reports.
+Work (budget.py): one unit per LP or MILP solve; each master stops at MILP_NODES nodes.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from hetcompile.placement.blocks import Block, BlockSearch
+from hetcompile.placement.budget import Budget
 from hetcompile.placement.result import StageUnit
 from hetcompile.placement.solver import small_milp
 from hetcompile.placement.tables import GroupTable, best_split
 
 W_MAX = 4
+MILP_NODES = 200  # branch-and-bound nodes of one segment master (its gap target is 10%)
 
 
 @dataclass(frozen=True)
@@ -72,10 +74,10 @@ class SegmentSearch:
                     out.append(Fan(j, w, max(ks)))
         return out
 
-    def _interior(self, r: str, F: float, deadline: float) -> list[tuple[Block, np.ndarray]]:
+    def _interior(self, r: str, F: float, budget: Budget) -> list[tuple[Block, np.ndarray]]:
         """Region-pure block columns (local table indices mapped back to global)."""
         idx, bs = self.local[r]
-        cols = bs.columns(F, deadline=deadline)
+        cols = bs.columns(F, budget)
         out = []
         for length, parts in cols:
             units = np.zeros(len(self.tables))
@@ -85,20 +87,20 @@ class SegmentSearch:
             out.append(((length, gparts), units))
         return out
 
-    def solve_at(self, F: float, *, deadline: float) -> SegmentSolution | None:
-        interior = {r: self._interior(r, F, deadline) for r in self.regions}
+    def solve_at(self, F: float, budget: Budget) -> SegmentSolution | None:
+        interior = {r: self._interior(r, F, budget) for r in self.regions}
         fans = {r: self._fans(r, F) for r in self.regions}
         best = None
         for m in range(1, len(self.regions) + 1):
             for order in itertools.permutations(self.regions, m):
-                if time.perf_counter() > deadline:
+                if not budget.take():
                     return best
-                sol = self._master(F, order, interior, fans, deadline)
+                sol = self._master(F, order, interior, fans, budget)
                 if sol is not None:
                     return sol
         return best
 
-    def _master(self, F, order, interior, fans, deadline) -> SegmentSolution | None:
+    def _master(self, F, order, interior, fans, budget: Budget) -> SegmentSolution | None:
         cols: list[tuple[str, tuple, float, np.ndarray, float]] = []  # (kind, key, length, units, width)
         S = len(order)
         for s, r in enumerate(order):
@@ -153,7 +155,8 @@ class SegmentSearch:
         col_hi = np.array([self.L if c[0] == "blk" else 1 for c in cols] + [1] * len(pairs), dtype=float)
         cost = np.array([float(c[3].sum()) for c in cols] + [0.0] * len(pairs))
         res = small_milp(cost, np.array(rows), np.array(lo, float), np.array(hi, float), np.zeros(n), col_hi, integer,
-                         time_limit_s=max(0.3, min(3.0, deadline - time.perf_counter())), gap=0.1)
+                         time_limit_s=budget.seconds_left(), gap=0.1, node_limit=MILP_NODES)
+        budget.note(res.timed_out)
         if res.x is None:
             return None
         x = np.round(res.x).astype(int)
@@ -168,15 +171,16 @@ class SegmentSearch:
             segs.append((entry, tuple(sorted(blocks, key=lambda b: (-b[0], b[1]))), exit_))
         return SegmentSolution(F, tuple(order), tuple(segs))
 
-    def search(self, lo: float, hi: float, *, time_limit_s: float, rel_tol: float = 2e-3) -> SegmentSolution | None:
-        deadline = time.perf_counter() + time_limit_s
+    def search(self, lo: float, hi: float, budget: Budget, *, rel_tol: float = 2e-3) -> SegmentSolution | None:
         best = None
         floor = 1e-9 * max(hi, 1e-300)  # with lo = 0 and every probe failing, hi would halve down to 0
-        while hi - lo > rel_tol * hi and hi > floor and time.perf_counter() < deadline:
+        while hi - lo > rel_tol * hi and hi > floor and not budget.exhausted:
             F = 0.5 * (lo + hi)
-            sol = self.solve_at(F, deadline=deadline)
+            sol = self.solve_at(F, budget)
             if sol is not None:
                 best, lo = sol, F
+            elif budget.exhausted:  # a probe cut off by the budget proves nothing
+                break
             else:
                 hi = F
         return best

@@ -13,6 +13,11 @@ Pipeline (each step reports status / objective / bound / gap / time; time comes 
   5. disaggregation to concrete nodes (+ node swaps where links bind); exact flow by networkx
 The reported flow is always the exact max flow of the returned placement; the bound is the
 smallest valid one (pattern LP, MILP dual bound); a timeout returns the best incumbent and its gap.
+
+Steps 2-5 stop on work, the same on every machine (budget.py): SHARED_WORK LP/MILP solves and
+flow evaluations shared out between the steps, MILP_NODES branch-and-bound nodes per MILP, and
+no MILP above MILP_MAX_VARS variables (as chains.py). The
+caller's time limit is a cap; when the cap ends a step the result says so.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 from hetcompile.passes.solve import SolverOptions, solve
 from hetcompile.placement import heuristics, milp_nodes
 from hetcompile.placement.blocks import BlockSearch, realize
+from hetcompile.placement.budget import Budget
 from hetcompile.placement.bound import Crossing, PatternBound, fixed_point_bound
 from hetcompile.placement.evaluate import edge_flows, helix_flow, shared_depth_aware
 from hetcompile.placement.extract import improve_assignment, units_from_intervals
@@ -32,6 +38,9 @@ from hetcompile.placement.segments import SegmentSearch, realize_segments
 from hetcompile.placement.tables import group_tables, network
 
 MILP_NODES = 100  # branch-and-bound nodes of the placement MILP (at most the spec's solver.node_limit)
+SHARED_WORK = 4000  # LP/MILP solves and flow evaluations of steps 2-5
+MILP_MAX_VARS = 5000  # larger placement MILPs are skipped (reported), not started: on the 192-node Helix
+# cluster (11.5k vars) 100 nodes took 16 s for +0.1% flow over blocks
 
 
 class Incumbent:
@@ -78,22 +87,29 @@ def _gap(value: float, bound: float | None) -> float | None:
 def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool = False,
                  objective: str = "helix") -> PlacementResult:
     t0 = time.perf_counter()
-    budget = float(options.time_limit_s)
-
-    reserve = min(3.0, 0.05 * budget)  # final flow, paths and depth-aware evaluation
-
-    def left() -> float:
-        return budget - reserve - (time.perf_counter() - t0)
+    reserve = min(3.0, 0.05 * float(options.time_limit_s))  # final flow, paths and depth-aware evaluation
+    work = Budget(SHARED_WORK, deadline=t0 + float(options.time_limit_s) - reserve)
 
     L = p.num_layers
     tables = group_tables(p, split=False)
     net = network(p)
     inc = Incumbent()
     solves: list[SolveRecord] = []
-    capped = False  # a wall-clock cap, not convergence or a work budget, ended some step
+    milp_timed_out = False
 
     def record(name: str, status: str, obj: float | None, bnd: float | None, t: float) -> None:
         solves.append(SolveRecord(name, status, obj, bnd, _gap(obj or 0.0, bnd), t))
+
+    def open_gap() -> bool:
+        return _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap
+
+    def step(fraction: float, fn):
+        """Run fn(child budget) on `fraction` of the work left; the child's use is charged back."""
+        part = work.share(fraction)
+        try:
+            return fn(part)
+        finally:
+            work.absorb(part)
 
     for name, fn in (("swarm", heuristics.swarm), ("petals", heuristics.petals)):
         ts = time.perf_counter()
@@ -111,44 +127,42 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
                 sum(net.snk_cap.get(t.gi, 0.0) * t.count for t in tables))
     bound = min(fixed_point_bound(tables, L), coord)
     record("fixed-point-bound", "bound", None, bound, time.perf_counter() - ts)
-    if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
-        cap = max(0.5, 0.25 * left())
-        pb = PatternBound(tables, L, forced_crossing(tables, net, L)).bound(inc.value, bound, time_limit_s=cap,
-                                           rel_tol=max(1e-6, min(2e-4, options.mip_gap / 10)))
-        capped |= pb.time_s >= 0.95 * cap
+    if open_gap():
+        pb = step(0.3, lambda part: PatternBound(tables, L, forced_crossing(tables, net, L)).bound(
+            inc.value, bound, part, rel_tol=max(1e-6, min(2e-4, options.mip_gap / 10))))
         bound = min(bound, pb.value)
         record("pattern-bound", "bound", None, bound, pb.time_s)
 
-    if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
+    def polish(units: list[StageUnit], fraction: float) -> tuple[list[StageUnit], float]:
+        return step(fraction, lambda part: improve_assignment(p, units, part, partial=partial))
+
+    if open_gap():
         ts = time.perf_counter()
-        cap = max(0.5, 0.3 * left())
-        sol = BlockSearch(tables, L).search(inc.value, bound, time_limit_s=cap, rel_tol=max(options.mip_gap / 4, 1e-4))
-        capped |= time.perf_counter() - ts >= 0.95 * cap
+        sol = step(0.5, lambda part: BlockSearch(tables, L).search(inc.value, bound, part,
+                                                                   rel_tol=max(options.mip_gap / 4, 1e-4)))
         if sol is not None:
             ids = [list(p.groups[t.gi].ids) for t in tables]
             units = list(realize(tables, sol, ids))
             val, _ = helix_flow(p, units, partial=partial)
             if net.binding:
-                units, val = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, 0.1 * left()))
+                units, val = polish(units, 0.2)
             inc.offer(units, val, "blocks")
         record("blocks", "feasible" if sol else "no-solution", sol.flow_target if sol else None, bound,
                time.perf_counter() - ts)
 
-    if net.binding and (_gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap):
+    if net.binding and open_gap():
         ts = time.perf_counter()
-        cap = max(0.5, 0.3 * left())
-        seg = SegmentSearch(tables, L, representative_pair_caps(p, net)).search(
-            inc.value, bound, time_limit_s=cap, rel_tol=max(options.mip_gap / 4, 1e-4))
-        capped |= time.perf_counter() - ts >= 0.95 * cap
+        seg = step(0.5, lambda part: SegmentSearch(tables, L, representative_pair_caps(p, net)).search(
+            inc.value, bound, part, rel_tol=max(options.mip_gap / 4, 1e-4)))
         if seg is not None:
             units = realize_segments(tables, seg, [list(p.groups[t.gi].ids) for t in tables])
-            units, val = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, 0.1 * left()))
+            units, val = polish(units, 0.2)
             inc.offer(units, val, "segments")
         record("segments", "feasible" if seg else "no-solution", seg.flow_target if seg else None, bound,
                time.perf_counter() - ts)
 
     exact_nodes = bool(net.binding) and not partial and milp_nodes.pair_vars(p) <= milp_nodes.MAX_PAIR_VARS
-    if _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap:
+    if open_gap() and not work.timed_out:
         ts = time.perf_counter()
         val, flow = helix_flow(p, inc.units, partial=partial)
         if exact_nodes:  # binding links on a small cluster: one flow per node pair, objective = max flow
@@ -161,25 +175,29 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
             m = build_model(st)
             warm_start(m, st, inc.units, flow, val)
             warm, name = True, "place-shared-milp"
-        opts = SolverOptions(time_limit_s=max(0.2, left()), mip_gap=options.mip_gap, threads=options.threads,
-                             seed=options.seed, node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
         build_s = time.perf_counter() - ts
-        res = solve(m, opts, name=name, warm_start=warm)
-        if res.has_solution:
-            if exact_nodes:
-                units = milp_nodes.extract_units(m, nt, tables)
-                v, _ = helix_flow(p, units, partial=partial)
-            else:
-                units = units_from_intervals(p, tables, extract_intervals(m, st))
-                v, _ = helix_flow(p, units, partial=partial)
-                if net.binding:
-                    units, v = improve_assignment(p, units, partial=partial, time_limit_s=max(0.2, min(reserve, 5.0)))
-            inc.offer(units, v, "milp")
-        if res.bound is not None and (exact_nodes or not net.binding):  # the group model is a restriction where links bind
-            bound = min(bound, res.bound)
-        solves.append(SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, res.time_s + build_s))
-        capped |= res.limit == "time"
+        if m.nvariables() > MILP_MAX_VARS:
+            record(name, "skipped", None, None, build_s)
+        else:
+            opts = SolverOptions(time_limit_s=work.seconds_left(), mip_gap=options.mip_gap, threads=options.threads,
+                                 seed=options.seed, node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
+            res = solve(m, opts, name=name, warm_start=warm)
+            if res.has_solution:
+                if exact_nodes:
+                    units = milp_nodes.extract_units(m, nt, tables)
+                    v, _ = helix_flow(p, units, partial=partial)
+                else:
+                    units = units_from_intervals(p, tables, extract_intervals(m, st))
+                    v, _ = helix_flow(p, units, partial=partial)
+                    if net.binding:
+                        units, v = polish(units, 1.0)
+                inc.offer(units, v, "milp")
+            if res.bound is not None and (exact_nodes or not net.binding):  # the group model is a restriction where links bind
+                bound = min(bound, res.bound)
+            solves.append(SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, res.time_s + build_s))
+            milp_timed_out = res.limit == "time"
 
+    capped = work.timed_out or milp_timed_out
     val, flow = helix_flow(p, inc.units, partial=partial)
     da = shared_depth_aware(p, inc.units, partial)
     bound = max(bound, val)  # round-off: never report a bound below the flow verified
@@ -188,6 +206,7 @@ def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool =
         chains=(), edge_flows=edge_flows(flow), helix_flow=val, depth_aware_capacity=da, bound=bound,
         gap=_gap(val, bound), incumbent_source=inc.source, solves=tuple(solves), time_s=time.perf_counter() - t0,
         partial_inference=partial, problem=p, machine_dependent=capped,
-        notes=("stopped by the wall-clock cap before its work budget: this placement may differ on a faster or "
-               "slower machine",) if capped else (),
+        notes=(f"work: {work.spent} of {work.work} solves and flow evaluations",) + (
+            ("stopped by the wall-clock cap before its work budget: this placement may differ on a faster or "
+             "slower machine",) if capped else ()),
     )

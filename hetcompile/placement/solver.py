@@ -20,6 +20,7 @@ class SmallResult:
     objective: float | None
     optimal: bool
     duals: np.ndarray | None = None  # row duals (LP only)
+    timed_out: bool = False  # the wall-clock cap, not optimality or the node limit, ended the solve
 
 
 def _highs(time_limit_s: float) -> highspy.Highs:
@@ -34,10 +35,16 @@ def _highs(time_limit_s: float) -> highspy.Highs:
 def small_milp(
     c: np.ndarray, A: np.ndarray, row_lo: np.ndarray, row_hi: np.ndarray, col_lo: np.ndarray, col_hi: np.ndarray,
     integer: np.ndarray, *, maximize: bool = False, time_limit_s: float = 10.0, gap: float = 1e-9,
+    node_limit: int | None = None,
 ) -> SmallResult:
-    """min (or max) c x s.t. row_lo <= A x <= row_hi, col bounds, integrality mask."""
+    """min (or max) c x s.t. row_lo <= A x <= row_hi, col bounds, integrality mask.
+
+    `node_limit` (HiGHS mip_max_nodes) is the deterministic stop; the time limit is only a cap.
+    """
     h = _highs(time_limit_s)
     h.setOptionValue("mip_rel_gap", gap)
+    if node_limit is not None:
+        h.setOptionValue("mip_max_nodes", int(node_limit))
     n = len(c)
     inf = highspy.kHighsInf
     h.addVars(n, np.where(np.isfinite(col_lo), col_lo, -inf).astype(float), np.where(np.isfinite(col_hi), col_hi, inf).astype(float))
@@ -56,11 +63,13 @@ def small_milp(
     h.run()
     st = h.getModelStatus()
     info = h.getInfo()
+    timed_out = st == highspy.HighsModelStatus.kTimeLimit
     if info.primal_solution_status != 2:  # kSolutionStatusFeasible
-        return SmallResult(None, None, False)
+        return SmallResult(None, None, False, timed_out=timed_out)
     x = np.array(h.getSolution().col_value)
     duals = np.array(h.getSolution().row_dual) if not integer.any() else None
-    return SmallResult(x, float(info.objective_function_value), st == highspy.HighsModelStatus.kOptimal, duals)
+    return SmallResult(x, float(info.objective_function_value), st == highspy.HighsModelStatus.kOptimal, duals,
+                       timed_out=timed_out)
 
 
 def small_lp(c: np.ndarray, A_ub: np.ndarray, b_ub: np.ndarray, col_hi: np.ndarray | float = np.inf, *,
@@ -78,4 +87,4 @@ def small_lp(c: np.ndarray, A_ub: np.ndarray, b_ub: np.ndarray, col_hi: np.ndarr
     res = small_milp(-c, A, np.full(len(b), -np.inf), b, np.zeros(n), hi, np.zeros(n, dtype=bool), time_limit_s=time_limit_s)
     if res.x is None:
         return res
-    return SmallResult(res.x, -res.objective, res.optimal, None if res.duals is None else -res.duals)
+    return SmallResult(res.x, -res.objective, res.optimal, None if res.duals is None else -res.duals, res.timed_out)

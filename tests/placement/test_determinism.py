@@ -55,3 +55,29 @@ def test_two_runs_give_identical_results(mode):
     runs = [place(p, mode=mode, options=SolverOptions(time_limit_s=10_000, mip_gap=1e-3)) for _ in range(2)]
     assert _key(runs[0]) == _key(runs[1])
     assert sorted((u.unit, u.start, u.end) for u in runs[0].units) == sorted((u.unit, u.start, u.end) for u in runs[1].units)
+
+
+def test_shared_mode_stops_on_its_work_budget_not_the_clock(monkeypatch):
+    """geo24 (binding links: bound, blocks, segments and node swaps all run) cut to 60 units of
+    work: the same placement under any time limit, reported as a work stop, not a clock stop."""
+    from hetcompile.placement import shared
+
+    p = load_setup("geo24")
+    monkeypatch.setattr(shared, "SHARED_WORK", 60)
+    runs = [place(p, mode="shared", options=SolverOptions(time_limit_s=t, mip_gap=1e-3)) for t in (120, 10_000)]
+    assert _key(runs[0]) == _key(runs[1])
+    assert sorted((u.unit, u.start, u.end) for u in runs[0].units) == sorted((u.unit, u.start, u.end) for u in runs[1].units)
+    assert not any(r.machine_dependent for r in runs)
+    spent = int(runs[0].notes[0].split()[1])
+    assert runs[0].notes[0] == f"work: {spent} of 60 solves and flow evaluations" and 0 < spent <= 60
+    monkeypatch.setattr(shared, "SHARED_WORK", 4000)
+    full = place(p, mode="shared", options=SolverOptions(time_limit_s=10_000, mip_gap=1e-3))
+    assert full.helix_flow >= runs[0].helix_flow * (1 - 1e-9)
+
+
+def test_shared_mode_reports_a_clock_stop():
+    """A time limit too small for the work (the reserve eats it all) is reported, not hidden."""
+    p = load_setup("geo24")
+    res = place(p, mode="shared", options=SolverOptions(time_limit_s=0.01, mip_gap=1e-3))
+    assert res.machine_dependent and res.helix_flow > 0
+    assert any("stopped by the wall-clock cap" in n for n in res.notes)
