@@ -6,7 +6,19 @@ from pathlib import Path
 
 import pytest
 
+from hetcompile.testing.health import health_server
+
 ROOT = Path(__file__).resolve().parent.parent
+HEALTH: list[str] = []  # "127.0.0.1:PORT" of the session's stand-in replica /health (deploy, migrate tests)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _health_server():
+    """One loopback /health server for the session, stopped at its end."""
+    with health_server() as addr:
+        HEALTH.append(addr)
+        yield
+    HEALTH.clear()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -7,13 +7,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import HEALTH, ROOT
 from hetcompile.backends.emit import write
 from hetcompile.backends.shell import comment, quote
 from hetcompile.driver import compile_spec
@@ -22,31 +20,10 @@ from hetcompile.testing.stub_sky import install
 EVIL = "x$(touch PWNED)`touch PWNED2`'\"\n;touch PWNED3 #"
 
 
-class _Health(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-
-    def log_message(self, *a) -> None:
-        pass
-
-
-_HEALTH: list[ThreadingHTTPServer] = []
-
-
-def health_server() -> ThreadingHTTPServer:
-    """One local server answering GET /health with 200, for the stub's endpoints (deploy.sh waits on it)."""
-    if not _HEALTH:
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        _HEALTH.append(srv)
-    return _HEALTH[0]
-
-
 def _env(tmp: Path) -> dict[str, str]:
     bin_dir = tmp / "bin"
     install(bin_dir, tmp / "sky-state")
-    (tmp / "sky-state" / "endpoint_default").write_text(f"127.0.0.1:{health_server().server_port}")
+    (tmp / "sky-state" / "endpoint_default").write_text(HEALTH[0])
     wheel = tmp / "hetcompile-0.0.0-py3-none-any.whl"
     wheel.write_bytes(b"stub wheel")
     env = dict(os.environ)

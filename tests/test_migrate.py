@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from conftest import ROOT
 from hetcompile.backends.emit import write
 from hetcompile.driver import compile_spec
 from hetcompile.rollout import RolloutError, Runner, rollout_plan
+from hetcompile.testing.health import health_server
 from test_deploy import _calls, _clusters, _env
 
 
@@ -54,27 +53,15 @@ def _run(old: Path, new: Path, env: dict, probe=lambda url: True, **kw) -> tuple
     return rc, "\n".join(lines)
 
 
-class _Health(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-
-    def log_message(self, *a) -> None:
-        pass
-
-
 def test_full_migration(tmp_path: Path, plans) -> None:
     old, new, env = _deployed(tmp_path, plans)
     ro = rollout_plan(old, new)
     assert [a.kind for a in ro.actions] == ["drain", "teardown", "launch", "route", "route", "drain", "teardown"]
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:  # the launched replica answers /health on a real port: the default probe (HTTP GET) is used
-        (tmp_path / "sky-state" / "endpoints.json").write_text(json.dumps({"quickstart-r5": f"127.0.0.1:{server.server_port}"}))
+    # the launched replica answers /health on a real port: the default probe (HTTP GET) is used
+    with health_server() as addr:
+        (tmp_path / "sky-state" / "endpoints.json").write_text(json.dumps({"quickstart-r5": addr}))
         lines: list[str] = []
         rc = Runner(ro, env=env, drain_s=0, poll=0.01, health_timeout=10, log=lines.append).run()
-    finally:
-        server.shutdown()
     text = "\n".join(lines)
     assert rc == 0, text
     assert "[3/7] launch: launched, healthy" in text and "migrate: done" in text
@@ -93,7 +80,7 @@ def test_full_migration(tmp_path: Path, plans) -> None:
         ["r0", "r1", "r2", "r4"], ["r0", "r1", "r2", "r4", "r5"], ["r0", "r1", "r2", "r5"], ["r0", "r1", "r2", "r5"]]
     assert all(r["endpoint"] for t in tables for r in t["replicas"])
     r5 = next(r for r in tables[1]["replicas"] if r["id"] == "r5")
-    assert r5["endpoint"] == f"http://127.0.0.1:{server.server_port}"
+    assert r5["endpoint"] == f"http://{addr}"
     # the final table is the new plan's own, endpoints filled in, and NEW/router/routing.json says so
     final = json.loads((new / "router" / "routing.json").read_text())
     assert tables[-1] == final and final["models"] == json.loads((plans[1] / "router" / "routing.json").read_text())["models"]
