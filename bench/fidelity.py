@@ -102,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     for m in METRICS:
         print(f"{m:12} {len(cal[m]):3d} {_fmt(median_err(base[m])):>13} {_fmt(median_err(cal[m])):>11} "
               f"{_fmt(median_err(logo[m])):>16}")
+    big = {r["id"] for r in rows if analytic.total_params(catalog.lookup_model(r["model"])[2]) >= 7e9}
+    print(f"on the {len(big)} rows of 7B-and-larger models (what hetcompile plans for):")
+    for m in METRICS:
+        sub = [[x for x in col[m] if x[0] in big] for col in (base, cal, logo)]
+        print(f"{m:12} {len(sub[1]):3d} {_fmt(median_err(sub[0])):>13} {_fmt(median_err(sub[1])):>11} "
+              f"{_fmt(median_err(sub[2])):>16}")
     gpus = sorted({r["gpu"] for r in rows})
     print("per GPU (calibrated / leave-one-GPU-out, all metrics pooled):")
     for g in gpus:

@@ -29,7 +29,7 @@ def test_rows_are_cited_and_well_formed() -> None:
 def test_calibrated_model_beats_the_uncalibrated_roofline() -> None:
     """On the rows of 7B-and-larger models (what the examples plan), throughput and TPOT are
     predicted better than by the roofline. Not asserted: TTFT, which the calibrated model predicts
-    worse on the RTX 4090 rows (19.9% vs 15.1%; neither models TTFT growing with concurrency), and
+    worse on the RTX 4090 rows (20.2% vs 15.1%; neither models TTFT growing with concurrency), and
     the L4 rows of a 0.5B model, where the missing per-sequence CPU cost dominates (bench/README.md)."""
     from hetcompile.perf import analytic, catalog
 

@@ -51,7 +51,7 @@ def model_spec(ir: Problem, model: str, ws: Sequence[Workload]) -> ModelSpec:
         name=model, num_layers=m.arch.layers, token_bytes=TOKEN_BYTES, activation_bytes=float(m.arch.hidden * m.dtype_bytes),
         input_tokens=i, output_tokens=o, kv_bytes_per_token_layer=2.0 * m.arch.kv_heads * m.arch.head_dim * m.dtype_bytes,
         max_concurrency=ir.engine.max_num_seqs, prefill_chunk_tokens=analytic.PREFILL_CHUNK,
-        step_overhead_s=analytic.STEP_OVERHEAD_S,
+        step_overhead_s=analytic.STEP_OVERHEAD_S, seq_overhead_s=analytic.SEQ_OVERHEAD_S,
     )
 
 

@@ -103,7 +103,8 @@ def fitted_model(rm: ReplicaModel, coeff: dict[str, float], kv_tokens: int | Non
     # the fit's o + c n + k S is the whole step: no separate lm_head read
     stages = tuple(st.model_copy(update={"cost": cost, "kv_tokens": float(kv_tokens or st.kv_tokens), "head_s": 0.0})
                    for st in rm.stages)
-    return rm.model_copy(update={"stages": stages, "step_overhead_s": coeff["step_s"],
+    # q (host work per sequence) is inside the fitted per-token c: a decode step has one token per sequence
+    return rm.model_copy(update={"stages": stages, "step_overhead_s": coeff["step_s"], "seq_overhead_s": 0.0,
                                  "request_overhead_s": coeff.get("request_s", 0.0), "source": "fitted"})
 
 

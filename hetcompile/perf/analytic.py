@@ -51,6 +51,11 @@ PCIE_ALLREDUCE_LATENCY_S = 50e-6
 PREFILL_CHUNK = 2048  # tokens per prefill chunk (vLLM's chunked prefill budget order)
 STEP_OVERHEAD_S = 0.5e-3  # scheduler + sampling per engine step with CUDA graphs (vLLM V1: the
                           # concurrency-1 TPOTs of A100 and H100 leave ~0.5 ms beyond the weight read)
+# host CPU per sequence per engine step (input prep, sampling, detokenizing and streaming its token):
+# the L4 Qwen2.5-0.5B sweep (ai.wmx.dev/benchmarks, vLLM V1) has ITL p50 5.1 ms at concurrency 1 and
+# 7.1 ms at 32; this model's GPU step grows 0.70 ms over that range, the other 1.3 ms / 31 sequences
+# is host work. Not read from any fidelity metric (the ITL is not one); a slower host costs more.
+SEQ_OVERHEAD_S = 42e-6
 IDEAL_STEP_OVERHEAD_S = 2e-3  # the uncalibrated model's step overhead (bench/fidelity.py baseline)
 # per request, once, on the TTFT path: HTTP + tokenization + scheduling + first-token streaming
 # (the OpenAI server's cost that an engine-step model does not see; vLLM bench serve's TTFT includes it)
@@ -179,6 +184,7 @@ def replica_model(
         hops=tuple(Hop(latency_s=hop_latency_s, bandwidth=hop_bandwidth) for _ in stages[1:]),
         activation_bytes=float(arch.hidden * b),
         step_overhead_s=IDEAL_STEP_OVERHEAD_S if ideal else STEP_OVERHEAD_S, max_num_seqs=max_num_seqs,
+        seq_overhead_s=0.0 if ideal else SEQ_OVERHEAD_S,
         chunk_tokens=PREFILL_CHUNK, request_overhead_s=0.0 if ideal else REQUEST_OVERHEAD_S, source="analytic",
     )
 

@@ -24,7 +24,8 @@ simulator, hetcompile/simulate/engine.py, replays exactly this):
         mean step time is E_K[t_i(dec + lump)], not t_i(dec + P) (the roofline is convex).
         P >= B: prefill-bound, every step full, r = B / I.
     t_i(K) = stage i's step time for the lump (perf/stepmodel.py), with S = dec s context tokens
-        read and A = dec s + lump I / 2 attention pairs (decode over its context; prompts causally)
+        read and A = dec s + lump I / 2 attention pairs (decode over its context; prompts causally),
+        and m = dec + lump / I sequences for the host's per-sequence work q m
     W   = sum_{i>0} E[(t_n(i) - t_{n+1}(i-1))^+]   a micro-batch waits behind the (independently
         composed) batch ahead of it at every later stage: a prompt lump stalls the pipeline
     tau = max(max_i E[t_i], (sum_i E[t_i] + W + H) / d)   seconds between micro-batch steps: the
@@ -73,6 +74,7 @@ class StepMix:
     prompt: float  # mean prompt tokens per step: P = r I
     lumps: tuple[tuple[float, float], ...]  # (probability, prompt tokens in the step)
     prefill_bound: bool  # the chunk budget, not the KV cache, limits admissions
+    prompt_size: float = 1.0  # tokens one prompt brings to a step (a lump of x tokens is x / this prompts)
 
 
 def concurrency(rm: ReplicaModel, input_tokens: float, output_tokens: float) -> float:
@@ -131,7 +133,7 @@ def step_mix(rm: ReplicaModel, b: float, input_tokens: float, output_tokens: flo
     if P >= avail * (1.0 - 1e-6):
         r = avail / input_tokens
         return StepMix(decode=r * (output_tokens - 1.0), requests=r, prompt=avail, lumps=((1.0, avail),),
-                       prefill_bound=True)
+                       prefill_bound=True, prompt_size=min(input_tokens, avail))
     size = min(input_tokens, avail)
     mu = P / size
     if _mean_lump(mu, size, avail) < P * (1.0 - 1e-9):
@@ -144,14 +146,16 @@ def step_mix(rm: ReplicaModel, b: float, input_tokens: float, output_tokens: flo
             lo, hi = (mid, hi) if _mean_lump(mid, size, avail) < P else (lo, mid)
         mu = hi
     return StepMix(decode=r * (output_tokens - 1.0), requests=r, prompt=P,
-                   lumps=tuple(_lumps(mu, size, avail)), prefill_bound=False)
+                   lumps=tuple(_lumps(mu, size, avail)), prefill_bound=False, prompt_size=size)
 
 
 def point_stage_times(rm: ReplicaModel, mix: StepMix, input_tokens: float, output_tokens: float) -> list[tuple[float, list[float]]]:
     """(probability, t_i per stage) of each step composition: decode tokens read their contexts,
-    prompt tokens attend causally over their prompt."""
+    prompt tokens attend causally over their prompt; the step's sequences are the decode ones and
+    the prompts of the lump."""
     s = input_tokens + output_tokens / 2.0
-    return [(p, rm.stage_times(mix.decode + tokens, mix.decode * s, mix.decode * s + tokens * input_tokens / 2.0))
+    return [(p, rm.stage_times(mix.decode + tokens, mix.decode * s, mix.decode * s + tokens * input_tokens / 2.0,
+                               mix.decode + tokens / max(mix.prompt_size, 1.0)))
             for p, tokens in mix.lumps]
 
 
@@ -182,7 +186,8 @@ def step_interval(rm: ReplicaModel, C: float, input_tokens: float, output_tokens
     b = C / d
     if fluid:
         mix = StepMix(decode=b, requests=b / output_tokens, prompt=b * input_tokens / output_tokens,
-                      lumps=((1.0, b * input_tokens / output_tokens),), prefill_bound=False)
+                      lumps=((1.0, b * input_tokens / output_tokens),), prefill_bound=False,
+                      prompt_size=input_tokens)
     else:
         mix = step_mix(rm, b, input_tokens, output_tokens, kv_full)
     points = point_stage_times(rm, mix, input_tokens, output_tokens)
@@ -208,7 +213,7 @@ def prefill_time(rm: ReplicaModel, prompt_tokens: float, others: float = 0.0, co
     while done < prompt_tokens - 1e-9:
         n = min(float(rm.chunk_tokens), prompt_tokens - done)
         pairs = n * done + n * n / 2.0 + others * context
-        total += sum(rm.stage_times(n + others, done + others * context, pairs)) + rm.hop_time(n + others)
+        total += sum(rm.stage_times(n + others, done + others * context, pairs, others + 1.0)) + rm.hop_time(n + others)
         done += n
     return total
 
@@ -216,7 +221,7 @@ def prefill_time(rm: ReplicaModel, prompt_tokens: float, others: float = 0.0, co
 def prefill_rate(rm: ReplicaModel) -> float:
     """Prompt tokens/s of full chunks through the slowest stage."""
     n = float(rm.chunk_tokens)
-    return n / max(rm.stage_times(n, 0.0, n * n / 2.0))
+    return n / max(rm.stage_times(n, 0.0, n * n / 2.0, 1.0))
 
 
 def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, max_concurrency: float | None = None,

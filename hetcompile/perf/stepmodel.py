@@ -16,8 +16,10 @@ Per decoder layer on one stage of TP degree t (seconds; `LayerCost`):
     layer(n, S, A) = max(compute, memory) + s * min(compute, memory) + c * n + c0
                      c: TP all-reduce bytes per token, c0: all-reduce launches per step,
                      s: the share of the smaller term that mixed batches do not overlap (0: roofline)
-A stage of L_i layers takes t_i = L_i * layer(...) per step; the replica adds o (scheduler and
-sampling, once per engine step) and hops between stages (latency + bytes / bandwidth).
+A stage of L_i layers takes t_i = L_i * layer(...) per step; the replica adds o + q m (o: scheduler
+and sampling once per engine step; q: host CPU work per sequence in the step, m sequences: building
+its input, sampling, detokenizing and streaming its token) and hops between stages (latency +
+bytes / bandwidth).
 
 The analytic model (perf/analytic.py) fills these coefficients from datasheet numbers exactly
 (it *is* this roofline); seed 004's fitted latency model (eq. 3-4: linear in batch size and
@@ -82,6 +84,7 @@ class ReplicaModel(_Frozen):
     hops: Annotated[tuple[Hop, ...], Field(description="len(stages) - 1 links, in chain order")] = ()
     activation_bytes: Annotated[float, Field(description="bytes per token crossing a stage-to-stage hop")] = 0.0
     step_overhead_s: Annotated[float, Field(ge=0, description="o: scheduler + sampling per engine step")] = 0.0
+    seq_overhead_s: Annotated[float, Field(ge=0, description="q: host CPU work per sequence in an engine step")] = 0.0
     request_overhead_s: Annotated[float, Field(ge=0, description="per request, once before its first token: HTTP, tokenization, scheduling")] = 0.0
     max_num_seqs: Annotated[int, Field(description="vLLM --max-num-seqs")]
     chunk_tokens: Annotated[int, Field(description="prompt tokens per engine step (chunked-prefill budget)")]
@@ -95,9 +98,10 @@ class ReplicaModel(_Frozen):
     def kv_capacity_tokens(self) -> float:
         return min(s.kv_tokens for s in self.stages)
 
-    def stage_times(self, tokens: float, kv_tokens: float, pairs: float) -> list[float]:
-        """t_i for one batch (the engine step's overhead is split over the stages, as it pipelines)."""
-        o = self.step_overhead_s / self.depth
+    def stage_times(self, tokens: float, kv_tokens: float, pairs: float, seqs: float = 0.0) -> list[float]:
+        """t_i for one batch of `seqs` sequences (the engine step's overhead o + q seqs is split over
+        the stages, as it pipelines)."""
+        o = (self.step_overhead_s + self.seq_overhead_s * seqs) / self.depth
         return [s.time(tokens, kv_tokens, pairs) + o for s in self.stages]
 
     def hop_time(self, tokens: float) -> float:

@@ -41,6 +41,7 @@ class ModelSpec:
     max_concurrency: int | None = None  # vLLM --max-num-seqs per engine; None: KV-limited only
     prefill_chunk_tokens: int = 2048  # prefill cost per token is taken at this chunk size
     step_overhead_s: float = 0.0  # per engine step (scheduler + sampling), split over the stages
+    seq_overhead_s: float = 0.0  # per sequence per engine step (host CPU), split over the stages
 
     def __post_init__(self) -> None:
         if self.num_layers < 1:

@@ -8,7 +8,8 @@ k_i >= 1 with sum k_i = L and k_i <= K_i.
   (every value min(max_num_seqs, KV_i(k) / (k s)) is a breakpoint) each stage may hold at most
   kcap_i(c) layers (KV keeps c requests); with b = c / d the per-layer step time tau_i(b) is
   fixed, so the slowest stage is minimized by water-filling: the smallest t with
-  sum_i min(kcap_i, floor((t - o) / tau_i)) >= L. Then cap(c) = (1 + I/O) min(b / t,
+  sum_i min(kcap_i, floor((t - o) / tau_i)) >= L, o = (step overhead + b x per-sequence
+  overhead) / d on every stage. Then cap(c) = (1 + I/O) min(b / t,
   c / (sum_i t_i + hops(b))); the best c wins. Surplus layers come off the slowest stages.
 """
 
@@ -127,7 +128,6 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
     chunk = float(m.prefill_chunk_tokens)
     pre = np.array([interp(pr.prefill_time, chunk) / chunk for pr in profs])
     lat, act, tok = _hop_params(p, slots)
-    o = m.step_overhead_s / d
     best, best_ks = 0.0, []
     for c in cands:
         kcap = np.array([int(np.sum(cc >= c * (1 - 1e-12))) for cc in conc])  # conc is decreasing in k
@@ -149,7 +149,7 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
             i = int(np.argmax(np.where(ks > 1, ks * tau, -1.0)))
             ks[i] -= 1
             surplus -= 1
-        times = ks * tau + o
+        times = ks * tau + (m.step_overhead_s + m.seq_overhead_s * b) / d
         hops = lat + b * act + b * tok
         X = min(b / times.max(), c / (times.sum() + hops))
         cap = X * (1.0 + ratio)

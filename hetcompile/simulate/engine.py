@@ -165,7 +165,7 @@ class ReplicaSim:
         for r, n in batch.prefill:
             S += r.prefilled
             A += n * r.prefilled + n * n / 2.0
-        times = self.model.stage_times(float(batch.tokens), S, A)
+        times = self.model.stage_times(float(batch.tokens), S, A, float(len(batch.decode) + len(batch.prefill)))
         hops = [h.latency_s + batch.tokens * self.model.activation_bytes / h.bandwidth for h in self.model.hops]
         return times, hops
 
