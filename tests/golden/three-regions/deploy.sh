@@ -51,17 +51,6 @@ secret() {  # VAR FILE: VAR from this environment, else from FILE, else a new ra
 secret HC_VLLM_API_KEY vllm.key  # the replicas' /v1 key; the router sends it upstream
 secret HC_ROUTER_TOKEN router.token  # what clients send to the router
 
-# --- secrets: generated once, kept (mode 600) next to this script, never on a command line ------
-secret() {  # VAR FILE: VAR from this environment, else from FILE, else a new random value saved there
-  if [ -z "${!1:-}" ]; then
-    [ -s "$2" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > "$2")
-    printf -v "$1" '%s' "$(cat "$2")"
-  fi
-  export "${1?}"
-}
-secret HC_VLLM_API_KEY vllm.key  # the replicas' /v1 key; the router sends it upstream
-secret HC_ROUTER_TOKEN router.token  # what clients send to the router
-
 # --- launch every replica, then wait for all of them ------------------------------------------
 is_up() {  # cluster: true when `sky status` lists it as UP (a re-run skips it)
   sky status "$1" 2>/dev/null | awk -v c="$1" '$1 == c && / UP( |$)/ {found=1} END {exit !found}'
