@@ -210,3 +210,57 @@ def test_mixed_job_groups_are_refused(tmp_path: Path) -> None:
     write(compile_spec(write_spec(tmp_path)).ir, out)
     with pytest.raises(RolloutError, match="does not handle mixed-GPU Job Groups"):
         rollout_plan(out, out)
+
+
+def _drain_run(tmp: Path, plans, metrics, drain_s: float) -> tuple[int, str, list[float], list[dict]]:
+    """The migration with every replica endpoint on one stand-in whose /metrics is `metrics()`;
+    returns the exit code, the log, the drain sleeps and the headers /metrics was read with."""
+    from hetcompile.rollout import run as rollout_run
+
+    old, new, env = _deployed(tmp, plans)
+    sleeps: list[float] = []
+    seen: list[dict] = []
+
+    def inflight(url: str, headers: dict[str, str]) -> float | None:
+        seen.append(headers)
+        return rollout_run.in_flight(url, headers)
+
+    with health_server(metrics) as addr:
+        (tmp / "sky-state" / "endpoint_default").write_text(addr)
+        lines: list[str] = []
+        rc = Runner(rollout_plan(old, new), env=env, drain_s=drain_s, poll=0.01, health_timeout=10, log=lines.append,
+                    sleep=sleeps.append, inflight=inflight).run()
+    return rc, "\n".join(lines), sleeps, seen
+
+
+def _gauges(running: float, waiting: float = 0.0) -> str:
+    return ("# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}\n'
+            f'vllm:num_requests_waiting_by_reason{{engine="0",model_name="m",reason="capacity"}} 7.0\n')
+
+
+def test_drain_waits_until_the_replica_is_idle(tmp_path: Path, plans) -> None:
+    """Drain reads the replica's vLLM gauges over HTTP and stops waiting once running + waiting is 0."""
+    reads = iter([_gauges(2, 1), _gauges(1), _gauges(0)] + [_gauges(0)] * 10)
+    rc, text, sleeps, seen = _drain_run(tmp_path, plans, lambda: next(reads), drain_s=60)
+    assert rc == 0, text
+    assert "[1/7] drain: router serves r0, r1, r2, r4; drained: no request in flight after 4s" in text
+    assert "[6/7] drain: router serves r0, r1, r2, r5; drained: no request in flight after 0s" in text
+    assert sleeps == [2.0, 2.0]  # two polls of DRAIN_POLL_S, far below the 60 s limit
+    assert seen and all(h["Authorization"].startswith("Bearer ") for h in seen)  # the replicas' key, from deploy
+
+
+def test_drain_limit_says_what_is_left(tmp_path: Path, plans) -> None:
+    rc, text, sleeps, _ = _drain_run(tmp_path, plans, lambda: _gauges(3), drain_s=5)
+    assert rc == 0, text
+    assert "drain: router serves r0, r1, r2, r4; 3 request(s) still in flight after the 5s drain limit, going on" in text
+    assert sleeps == [2.0, 2.0, 1.0] * 2  # the limit is the sum of the waits, per drain step
+
+
+def test_drain_without_metrics_waits_the_whole_limit(tmp_path: Path, plans) -> None:
+    rc, text, sleeps, _ = _drain_run(tmp_path, plans, None, drain_s=3)  # /metrics is 404
+    assert rc == 0, text
+    assert "in-flight count unknown (no http://127.0.0.1:" in text and "/metrics) after the 3s drain limit" in text
+    assert sleeps == [2.0, 1.0] * 2

@@ -59,7 +59,7 @@ class Action:
     endpoints: tuple[tuple[str, str, int], ...] = ()  # (table replica id, cluster, port) to fill in
     running: tuple[str, ...] = ()  # clusters running after the step
     final: bool = False  # route: the new plan's own table
-    port: int = 0  # launch: the port its health is probed on
+    port: int = 0  # launch: the port its health is probed on; drain: the port its /metrics is read on
     leaving: tuple[str, ...] = ()  # route / drain: table ids a later step tears down (may be gone on a re-run)
 
 
@@ -204,11 +204,13 @@ def rollout_plan(old_dir: Path, new_dir: Path) -> Rollout:
             for tid, unit in sorted(ids.items(), key=lambda kv: natural_key(kv[0])):
                 t = target(old, new, unit, old_dir, new_dir)
                 eps.append((tid, t.cluster, t.port))
-            cluster = target(old, new, u, old_dir, new_dir).cluster if u is not None else None
+            tu = target(old, new, u, old_dir, new_dir) if u is not None else None
+            cluster = tu.cluster if tu is not None else None
             later = {target(old, new, x.unit, old_dir, new_dir).cluster for x in mig.steps
                      if x.index > s.index and x.action == "teardown"}
             actions.append(Action(s.index, s.action, s.text, cluster, table=table, endpoints=tuple(eps), running=after,
-                                  final=table is new_rt, leaving=tuple(t for t, c, _ in eps if c in later)))
+                                  final=table is new_rt, leaving=tuple(t for t, c, _ in eps if c in later),
+                                  port=tu.port if tu is not None and s.action == "drain" else 0))
     return Rollout(old_dir=old_dir, new_dir=new_dir, old_plan=old["plan"], new_plan=new["plan"], migration=mig,
                    router_cluster=f"{old['plan']}-router", router_port=_port(router, f"{old_dir}/sky/router.yaml"),
                    actions=tuple(actions), reload_task=reload_task(old["plan"], _port(router, f"{old_dir}/sky/router.yaml")),

@@ -2,7 +2,9 @@
 
 launch    `sky launch` unless `sky status` lists the cluster UP; then wait for GET <endpoint>/health
 route     fill the table's endpoints (`sky status --endpoint`), write it, push it to the router
-drain     the same with the unit left out, then wait --drain seconds for its in-flight requests
+drain     the same with the unit left out, then wait until the replica's vLLM /metrics shows no
+          request running or waiting (`vllm:num_requests_running` + `_waiting`), at most --drain
+          seconds; when /metrics cannot be read it waits the whole --drain
 teardown  `sky down -y` unless `sky status` no longer lists the cluster
 
 NEW/migrate/state.json records the steps done (for this pair of plans); a re-run skips them, and
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hetcompile.backends.canon import dumps_json
+from hetcompile.router.health import parse_vllm_metrics
 from hetcompile.rollout.plan import RELOAD_DIR, RELOAD_TASK, ROUTER_TOKEN_ENV, Action, Rollout
 
 # secrets deploy.sh generated into the old build directory (mode 600): a re-run reuses them
@@ -42,11 +45,28 @@ def http_ok(url: str, timeout: float = 5.0) -> bool:
         return False
 
 
+def in_flight(url: str, headers: dict[str, str], timeout: float = 5.0) -> float | None:
+    """Requests a vLLM server is running or holding in its queue, from its /metrics (None: unreadable)."""
+    try:
+        req = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - an endpoint sky printed
+            g = parse_vllm_metrics(r.read().decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return None
+    if g.running is None and g.waiting is None:
+        return None
+    return (g.running or 0.0) + (g.waiting or 0.0)
+
+
+DRAIN_POLL_S = 2.0  # between /metrics reads while draining
+
+
 class Runner:
     def __init__(self, ro: Rollout, *, env: dict[str, str] | None = None, probe: Callable[[str], bool] = http_ok,
                  health_timeout: float = 1200.0, poll: float = 10.0, drain_s: float = 60.0,
-                 log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep):
-        self.ro, self.probe, self.log, self.sleep = ro, probe, log, sleep
+                 log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
+                 inflight: Callable[[str, dict[str, str]], float | None] = in_flight):
+        self.ro, self.probe, self.log, self.sleep, self.inflight = ro, probe, log, sleep, inflight
         self.env = dict(os.environ if env is None else env)
         self.health_timeout, self.poll, self.drain_s = health_timeout, poll, drain_s
         self.journal = ro.new_dir / "migrate" / "state.json"
@@ -155,10 +175,28 @@ class Runner:
         return f"router serves {', '.join(sorted(eps)) or 'nothing'}{left}"
 
     def drain(self, a: Action) -> str:
+        """Route without the unit, then wait for its in-flight requests: until its vLLM reports none
+        running or waiting, at most drain_s seconds of waiting (counted in the sleeps, so a test's
+        clock is its own). Past the limit the migration goes on and says how many were left."""
         out = self.route(a)
-        if self.drain_s > 0:
-            self.sleep(self.drain_s)
-        return f"{out}; waited {self.drain_s:g}s for in-flight requests"
+        if self.drain_s <= 0:
+            return f"{out}; no wait for in-flight requests (--drain 0)"
+        if a.cluster is None or not a.port or self.listed(a.cluster) is None:
+            return f"{out}; {a.cluster} is not running: nothing in flight"
+        url = self.endpoint(a.cluster, a.port) + "/metrics"
+        key = self.env.get("HC_VLLM_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        waited = 0.0
+        while True:
+            n = self.inflight(url, headers)
+            if n == 0:
+                return f"{out}; drained: no request in flight after {waited:g}s"
+            if waited >= self.drain_s:
+                left = f"{n:g} request(s) still in flight" if n is not None else f"in-flight count unknown (no {url})"
+                return f"{out}; {left} after the {self.drain_s:g}s drain limit, going on"
+            step = min(DRAIN_POLL_S, self.drain_s - waited)
+            self.sleep(step)
+            waited += step
 
     def teardown(self, a: Action) -> str:
         if self.listed(a.cluster) is None:

@@ -1,30 +1,44 @@
-"""A local stand-in for a replica's `/health`: 200 on GET /health, 404 elsewhere, on 127.0.0.1.
+"""A local stand-in for a replica: 200 on GET /health, optionally vLLM's /metrics, 404 elsewhere, on 127.0.0.1.
 
 deploy.sh and `hetcompile migrate` wait for every replica to answer /health before they route to
-it; the stub `sky` (stub_sky.py) points endpoints at this server.
+it, and migrate's drain reads the replica's `vllm:num_requests_running` / `_waiting` gauges; the
+stub `sky` (stub_sky.py) points endpoints at this server.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-class _Health(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
+def _handler(metrics: Callable[[], str] | None) -> type[BaseHTTPRequestHandler]:
+    class _Replica(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/metrics" and metrics is not None:
+                body = metrics().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            self.send_response(200 if self.path == "/health" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
-    def log_message(self, *a) -> None:
-        pass
+        def log_message(self, *a) -> None:
+            pass
+
+    return _Replica
 
 
 @contextlib.contextmanager
-def health_server() -> Iterator[str]:
-    """Serve /health on an ephemeral loopback port; yields "127.0.0.1:PORT"; stops on exit."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+def health_server(metrics: Callable[[], str] | None = None) -> Iterator[str]:
+    """Serve /health (and /metrics from `metrics()`, each GET calling it once) on an ephemeral
+    loopback port; yields "127.0.0.1:PORT"; stops on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(metrics))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
