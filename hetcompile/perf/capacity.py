@@ -74,7 +74,7 @@ class StepMix:
     prompt: float  # mean prompt tokens per step: P = r I
     lumps: tuple[tuple[float, float], ...]  # (probability, prompt tokens in the step)
     prefill_bound: bool  # the chunk budget, not the KV cache, limits admissions
-    prompt_size: float = 1.0  # tokens one prompt brings to a step (a lump of x tokens is x / this prompts)
+    prompt_size: float  # tokens one prompt brings to a step (a lump of x tokens is x / this prompts)
 
 
 def concurrency(rm: ReplicaModel, input_tokens: float, output_tokens: float) -> float:

@@ -180,8 +180,7 @@ def step_time(p: PlacementProblem, prof: StageProfile, k: int, batch: float, dep
     chunk = float(m.prefill_chunk_tokens)
     per_tok = interp(prof.prefill_time, chunk) / chunk
     dec = interp(prof.decode_time, max(batch, 1e-9))
-    overhead = m.step_overhead_s + m.seq_overhead_s * batch  # the step's host work, split over the stages
-    return k * (dec + batch * (m.input_tokens / m.output_tokens) * per_tok) + overhead / max(depth, 1)
+    return k * (dec + batch * (m.input_tokens / m.output_tokens) * per_tok) + m.step_host_s(batch) / max(depth, 1)
 
 
 def hop_time(p: PlacementProblem, a: str, b: str, batch: float, tokens_only: bool = False) -> float:

@@ -43,6 +43,10 @@ class ModelSpec:
     step_overhead_s: float = 0.0  # per engine step (scheduler + sampling), split over the stages
     seq_overhead_s: float = 0.0  # per sequence per engine step (host CPU), split over the stages
 
+    def step_host_s(self, batch: float) -> float:
+        """Host work of one engine step of `batch` sequences: o + q b (split over a chain's stages)."""
+        return self.step_overhead_s + self.seq_overhead_s * batch
+
     def __post_init__(self) -> None:
         if self.num_layers < 1:
             raise ValueError(f"model {self.name}: num_layers must be >= 1")

@@ -149,7 +149,7 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
             i = int(np.argmax(np.where(ks > 1, ks * tau, -1.0)))
             ks[i] -= 1
             surplus -= 1
-        times = ks * tau + (m.step_overhead_s + m.seq_overhead_s * b) / d
+        times = ks * tau + m.step_host_s(b) / d
         hops = lat + b * act + b * tok
         X = min(b / times.max(), c / (times.sum() + hops))
         cap = X * (1.0 + ratio)
