@@ -29,8 +29,8 @@ def test_rows_are_cited_and_well_formed() -> None:
 def test_calibrated_model_beats_the_uncalibrated_roofline() -> None:
     """On the rows of 7B-and-larger models (what the examples plan), throughput and TPOT are
     predicted better than by the roofline. Not asserted: TTFT, which the calibrated model predicts
-    worse on the RTX 4090 rows (20.2% vs 15.1%; neither models TTFT growing with concurrency), and
-    the L4 rows of a 0.5B model, where the missing per-sequence CPU cost dominates (bench/README.md)."""
+    worse on the RTX 4090 rows (45.0% vs 15.3%: their c4/c8 TTFT implies a prefill faster than the
+    default compute efficiency), and the L4 rows of a 0.5B model, bound by the host (bench/README.md)."""
     from hetcompile.perf import analytic, catalog
 
     fid = _bench()

@@ -32,9 +32,12 @@ simulator, hetcompile/simulate/engine.py, replays exactly this):
         slowest stage, or the round trip (H: hops) shared by d batches
     X   = r O / tau                       output tokens/s;  h = X / O requests/s
     TPOT = d tau                          seconds between a sequence's tokens at full load
-    TTFT = o_r + sum over the prompt's chunks of the stage times + H, each chunk's step also
-           carrying the micro-batch of the C - 1 other sequences' decode tokens (o_r: the
-           per-request overhead; queueing for a slot is the SLO pass's business, not this one's)
+    TTFT = o_r + R + sum over the prompt's chunks of the stage times + H, each chunk's step also
+           carrying the micro-batch of the C - 1 other sequences' decode tokens, and the last one
+           the prompts that arrived beside it (K' ~ Poisson(r), PASTA); R = E[tau^2] / (2 E[tau])
+           over the step mix, the wait for the step in progress (length-biased; 0 on an idle
+           replica, C <= 1). o_r: the per-request overhead; queueing for a slot or for the chunk
+           budget is the SLO pass's business, not this one's (bench/simulate_ttft.py)
 `fluid=True` is the earlier formula (every step carries b decode tokens and b I / O prompt tokens,
 no preemption, no waits), kept so the simulator's mechanics can be checked under its assumptions.
 
@@ -63,6 +66,7 @@ class ChainEstimate:
     binding: str  # "bottleneck-stage" | "depth" | "max-num-seqs"
     ttft_s: float
     tpot_s: float
+    step_wait_s: float = 0.0  # of ttft_s: the wait for the micro-batch step in progress (R)
 
 
 @dataclass(frozen=True)
@@ -218,6 +222,44 @@ def prefill_time(rm: ReplicaModel, prompt_tokens: float, others: float = 0.0, co
     return total
 
 
+def step_residual(points: list[tuple[float, list[float]]], rm: ReplicaModel, mix: StepMix) -> float:
+    """R = E[tau^2] / (2 E[tau]): the mean time left of the micro-batch step in progress when a
+    request arrives at a random instant (steps with a prompt lump are long, so an arrival lands in
+    them more often than their share of steps: length-biased)."""
+    hop = rm.hop_time(mix.decode + mix.prompt)
+    taus = [(p, max(max(ts), (sum(ts) + hop) / rm.depth)) for p, ts in points]
+    m1 = sum(p * t for p, t in taus)
+    return sum(p * t * t for p, t in taus) / (2.0 * m1) if m1 > 0 else 0.0
+
+
+def first_token_time(rm: ReplicaModel, mix: StepMix, input_tokens: float, others: float, context: float) -> float:
+    """TTFT of a request that arrives at a replica running `others` decode sequences per micro-batch:
+    prefill_time, with the step that completes the prompt also carrying the prompts that arrived
+    beside it. Arrivals per step are Poisson(r) (r = mix.requests), and by PASTA the number that
+    arrive with a given request is Poisson(r) too: K' prompts of mix.prompt_size tokens, as many as
+    fit the budget left after this prompt's last chunk, make that step longer."""
+    base = prefill_time(rm, input_tokens, others, context)
+    if mix.requests <= 0 or input_tokens <= 0:
+        return base
+    n = input_tokens - rm.chunk_tokens * (math.ceil(input_tokens / rm.chunk_tokens - 1e-9) - 1)  # last chunk
+    done = input_tokens - n
+    room = max(0.0, rm.chunk_tokens - others - n)
+    if room <= 0:
+        return base
+    seqs = others + 1.0
+    pairs = n * done + n * n / 2.0 + others * context
+    kv = done + others * context
+    t0 = sum(rm.stage_times(n + others, kv, pairs, seqs))
+    extra = 0.0
+    for k, p in _poisson(mix.requests):
+        more = min(k * mix.prompt_size, room)
+        if more > 0:
+            t1 = sum(rm.stage_times(n + others + more, kv, pairs + more * mix.prompt_size / 2.0,
+                                    seqs + more / max(mix.prompt_size, 1.0)))
+            extra += p * (t1 - t0)
+    return base + extra
+
+
 def prefill_rate(rm: ReplicaModel) -> float:
     """Prompt tokens/s of full chunks through the slowest stage."""
     n = float(rm.chunk_tokens)
@@ -234,6 +276,11 @@ def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, 
     if max_concurrency is not None and max_concurrency < C:
         C, kv_bound = max(max_concurrency, 1e-9), False
     tau, mix, stage_bound = step_interval(rm, C, input_tokens, output_tokens, fluid, kv_bound)
+    others, context = max(C - 1.0, 0.0) / rm.depth, input_tokens + output_tokens / 2.0
+    wait = 0.0
+    if not fluid and C > 1.0:
+        # the replica is stepping when the request arrives (C - 1 others in flight): it waits for the step in progress
+        wait = min(1.0, C - 1.0) * step_residual(point_stage_times(rm, mix, input_tokens, output_tokens), rm, mix)
     X = mix.requests * output_tokens / tau
     if mix.prefill_bound:
         C = mix.requests * (output_tokens - 1.0 + math.ceil(input_tokens / max(1.0, rm.chunk_tokens - C / rm.depth) - 1e-9)) * rm.depth
@@ -245,7 +292,9 @@ def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, 
     return ChainEstimate(
         concurrency=C, decode_tokens_per_s=X, prefill_tokens_per_s=prefill_rate(rm),
         requests_per_s=X / output_tokens if X > 0 and math.isfinite(X) else 0.0, binding=binding,
-        ttft_s=prefill_time(rm, input_tokens, max(C - 1.0, 0.0) / rm.depth, input_tokens + output_tokens / 2.0),
+        ttft_s=wait + (prefill_time(rm, input_tokens, others, context) if fluid or C <= 1.0
+                       else first_token_time(rm, mix, input_tokens, others, context)),
+        step_wait_s=wait,
         tpot_s=rm.depth * tau,
     )
 
@@ -287,7 +336,7 @@ def slo_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float,
         c99 = min(c_max, C + Z99 * math.sqrt(C))
         tpot99 = chain_capacity(rm, input_tokens, output_tokens, max_concurrency=c99).tpot_s
         est = chain_capacity(rm, input_tokens, output_tokens, max_concurrency=C)
-        service = est.ttft_s - rm.request_overhead_s
+        service = est.ttft_s - rm.request_overhead_s - est.step_wait_s  # the prompt's own steps
         if first is None:
             first = (tpot99, est.ttft_s)
         if tpot_target is not None and tpot99 > tpot_target:

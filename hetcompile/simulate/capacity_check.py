@@ -1,7 +1,7 @@
 """The simulator against the analytic capacity (perf/capacity.py) at saturation, per example plan.
 
 For every replica shape of a plan (its step model) and every workload it serves, one replica is
-offered Poisson arrivals of that workload alone at 1.3x the formula's h_{c,w}, for 12 request
+offered Poisson arrivals of that workload alone at 1.3x the formula's h_{c,w}, for 36 request
 lifetimes (TTFT + O x TPOT of the formula); completions per second after the first 30% are the
 simulated capacity. Shared by tests/test_simulate.py and bench/simulate_capacity.py.
 
@@ -17,16 +17,17 @@ of prompt tokens.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from hetcompile.ir.plan import PlanDoc
 from hetcompile.perf.capacity import chain_capacity
 from hetcompile.perf.stepmodel import ReplicaModel
-from hetcompile.simulate.run import saturation_throughput
+from hetcompile.simulate.run import poisson_requests, saturation_throughput
 
 OVERLOAD = 1.3
-LIFETIMES = 12
+LIFETIMES = 36
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,42 @@ def capacity_cases(plan: PlanDoc, seed: int = 0, fluid: bool = False) -> list[Ca
 
 def example_plans(golden: Path) -> list[Path]:
     return sorted(p for p in Path(golden).glob("*/plan.json"))
+
+
+@dataclass(frozen=True)
+class TtftCase:
+    """Mean TTFT of one replica shape and workload under Poisson arrivals at `load` x h_{c,w}: the
+    simulator's against the formula's at the concurrency the simulator ran at."""
+
+    plan: str
+    replica: str
+    workload: str
+    load: float
+    concurrency: float  # mean sequences in the engine (Little: rate x mean time from scheduler to finish)
+    simulated_s: float
+    formula_s: float
+    formula_no_wait_s: float  # without the wait for the step in progress (the baseline)
+
+
+def ttft_cases(plan: PlanDoc, loads: tuple[float, ...] = (0.3, 0.6, 0.85), seed: int = 0) -> list[TtftCase]:
+    out: list[TtftCase] = []
+    seen: set[tuple[str, str]] = set()
+    for r in sorted(plan.replicas, key=lambda r: r.id):
+        rm = r.step_model
+        if rm is None:
+            continue
+        for w in sorted(plan.workloads, key=lambda w: w.name):
+            key = (rm.model_dump_json(), w.name)
+            if w.name not in r.workloads or key in seen:
+                continue
+            seen.add(key)
+            I, O = max(1, round(w.input_tokens)), max(2, round(w.output_tokens))
+            est = chain_capacity(rm, I, O)
+            for load in loads:
+                reqs = poisson_requests(rm, I, O, load * est.requests_per_s, 60.0 * (est.ttft_s + O * est.tpot_s), seed)
+                ttft = statistics.mean(q.first_token - q.arrival for q in reqs)
+                engine = statistics.mean(q.finish - q.arrival - rm.request_overhead_s for q in reqs)
+                C = max(1.0, load * est.requests_per_s * engine)
+                e = chain_capacity(rm, I, O, max_concurrency=C)
+                out.append(TtftCase(plan.plan, r.id, w.name, load, C, ttft, e.ttft_s, e.ttft_s - e.step_wait_s))
+    return out

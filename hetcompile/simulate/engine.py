@@ -11,6 +11,9 @@ What a replica does, as vLLM's V1 scheduler does it (and as perf/capacity.py ass
 - KV full while a decode sequence grows: the most recently admitted sequence that is not in
   flight is preempted (recompute: its KV is freed, it goes back to the head of the queue and its
   prompt plus the tokens it generated are prefilled again), as vLLM's default preemption does;
+- the frontend: a request reaches the scheduler `request_overhead_s` after it arrives (the OpenAI
+  server's HTTP handling and tokenization, which the engine step model does not see), so its TTFT
+  counts that time as perf/capacity.py's TTFT does;
 - pipeline parallelism: up to d = len(stages) micro-batches in flight; a batch occupies stage i
   for t_i (stepmodel.ReplicaModel.stage_times) and crosses hop i before stage i+1; stages serve
   batches in order; a sequence is in at most one batch at a time, and a micro-batch takes at most
@@ -246,6 +249,10 @@ class Driver:
         self.replicas = {r.id: r for r in replicas}
         self.on_done = on_done
         self._pending: set[str] = set()
+
+    def arrive(self, replica: str, req: Request) -> None:
+        """A request reaches `replica`'s frontend now; the scheduler sees it `request_overhead_s` later."""
+        self.loop.at(self.loop.now + self.replicas[replica].model.request_overhead_s, self.submit, replica, req)
 
     def submit(self, replica: str, req: Request) -> None:
         rep = self.replicas[replica]

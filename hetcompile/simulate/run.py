@@ -16,6 +16,7 @@ Seeded: the same plan, arrivals and seed give the same simulation.json bytes.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,7 +147,7 @@ def simulate(plan: PlanDoc, arrivals: list[Arrival], duration: float, *, seed: i
         rep = reps[picker.pick(range(len(reps)))]
         req = Request(len(requests), a.workload, a.t, a.input_tokens, a.output_tokens)
         requests.append(req)
-        driver.submit(rep, req)
+        driver.arrive(rep, req)
 
     for a in arrivals:
         if a.t <= duration:
@@ -213,7 +214,25 @@ def saturation_throughput(rm, input_tokens: int, output_tokens: int, rate: float
             break
         req = Request(n, "w", t, input_tokens, output_tokens)
         n += 1
-        driver.loop.at(t, driver.submit, "r", req)
+        driver.loop.at(t, driver.arrive, "r", req)
     driver.loop.run(duration)
     return sum(1 for f in finishes if warmup <= f <= duration) / (duration - warmup)
 
+
+
+def poisson_requests(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0) -> list[Request]:
+    """One replica under Poisson arrivals at `rate` (below its capacity) for one workload alone,
+    run until every request finishes; the requests that arrived after the first 20% (warm-up)."""
+    sim = ReplicaSim("r", rm)
+    driver = Driver([sim])
+    rng = np.random.default_rng(seed)
+    t, reqs = 0.0, []
+    while True:
+        t += float(rng.exponential(1.0 / rate))
+        if t > duration:
+            break
+        req = Request(len(reqs), "w", t, input_tokens, output_tokens)
+        reqs.append(req)
+        driver.loop.at(t, driver.arrive, "r", req)
+    driver.loop.run(math.inf)
+    return [r for r in reqs if r.arrival >= 0.2 * duration and r.finish is not None]
