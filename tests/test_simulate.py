@@ -252,3 +252,37 @@ def test_formula_ttft_tracks_the_simulator() -> None:
     err = statistics.median(abs(c.formula_s - c.simulated_s) / c.simulated_s for c in cases)
     base = statistics.median(abs(c.formula_no_wait_s - c.simulated_s) / c.simulated_s for c in cases)
     assert err <= 0.15 and err < base, (err, base)
+
+
+def _l40s_70b(depth: int):
+    from hetcompile.perf import analytic, catalog
+
+    _, _, arch = catalog.lookup_model("llama-3-70b")
+    gpu = catalog.lookup_gpu("L40S")
+    entry = analytic.perf_entry("llama-3-70b", arch, 2, gpu, 2, 0.9, 4096)
+    part = analytic.balanced_partition(entry, arch.layers, depth, 4096)
+    stages = [(gpu, 2, k, analytic.stage_kv_tokens(entry, k, i == 0, i == depth - 1)) for i, k in enumerate(part)]
+    return analytic.replica_model(arch, 2, stages, 1e-3, 1.25e9, 256)
+
+
+def _saturation_ratio(rm, I: int, O: int) -> float:
+    est = chain_capacity(rm, I, O)
+    return saturation_throughput(rm, I, O, 1.3 * est.requests_per_s, 36 * (est.ttft_s + O * est.tpot_s)) / est.requests_per_s
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+@pytest.mark.parametrize("shape", [(2400, 400), (128, 512)])
+def test_deep_pipeline_is_not_over_promised(depth: int, shape: tuple[int, int]) -> None:
+    """Llama-3-70B on 2x L40S nodes in PP3 / PP4 (the shapes llama70b-pp's compose weighs): the
+    simulator serves at least 0.9x the formula at saturation. Before the lump fill/drain model
+    (capacity.cluster_interval) the mean-round-trip formula promised 1.11-1.46x what the simulator
+    served on three of these four."""
+    assert _saturation_ratio(_l40s_70b(depth), *shape) >= 0.90
+
+
+@pytest.mark.xfail(strict=True, reason="known: with every request the same length, requests admitted together finish "
+                   "together, and at saturation (max-num-seqs binds, a queue waits) their replacements enter one "
+                   "micro-batch: a d-stage pipeline then carries a full-budget lump every cycle (bench/README.md)")
+def test_deep_pipeline_cohorts() -> None:
+    """PP3 chat (763 in / 232 out) at saturation with identical requests: 0.77x the formula."""
+    assert _saturation_ratio(_l40s_70b(3), 763, 232) >= 0.90

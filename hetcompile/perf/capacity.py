@@ -29,7 +29,9 @@ simulator, hetcompile/simulate/engine.py, replays exactly this):
     W   = sum_{i>0} E[(t_n(i) - t_{n+1}(i-1))^+]   a micro-batch waits behind the (independently
         composed) batch ahead of it at every later stage: a prompt lump stalls the pipeline
     tau = max(max_i E[t_i], (sum_i E[t_i] + W + H) / d)   seconds between micro-batch steps: the
-        slowest stage, or the round trip (H: hops) shared by d batches
+        slowest stage, or the round trip (H: hops) shared by d batches; with d >= 3 stages at least
+        the lumps' fill and drain (cluster_interval: a lump of stage time L holds every batch
+        behind it at every stage, d (L - s) per lump, less when lumps follow each other)
     X   = r O / tau                       output tokens/s;  h = X / O requests/s
     TPOT = d tau                          seconds between a sequence's tokens at full load
     TTFT = o_r + R + sum over the prompt's chunks of the stage times + H, each chunk's step also
@@ -182,6 +184,38 @@ def overtake_wait(points: list[tuple[float, list[float]]], depth: int) -> float:
     return wait
 
 
+def cluster_interval(rm: ReplicaModel, mix: StepMix, points: list[tuple[float, list[float]]],
+                     input_tokens: float, output_tokens: float) -> float:
+    """tau of a pipeline of d >= 3 stages from its prompt lumps' fill and drain (module docstring).
+
+    The d micro-batches in flight cycle through the stages in order, so a batch carrying a lump of
+    stage time L holds every batch behind it at every stage: alone, it stretches the cycle from
+    d s to d L (s: the quiet step interval), a cost of d (L - s) where the mean-round-trip model
+    (plus W) charges about (2d - 1) / d (L - s). A run of n lumps in consecutive launches pipelines:
+    (n + d - 1)(L - s). The batch launched after a lump is formed when stage 0 frees, L later, and
+    carries a lump with probability pi = 1 - exp(-lambda L) (lambda = r / tau prompts per second), so
+    runs are geometric and a lump costs (L - s)(1 + (d - 1)(1 - pi)) on average. Solved for tau by
+    damped fixed-point iteration (deterministic)."""
+    d = rm.depth
+    s_ctx = input_tokens + output_tokens / 2.0
+    quiet = rm.stage_times(mix.decode, mix.decode * s_ctx, mix.decode * s_ctx, mix.decode)
+    s = max(max(quiet), (sum(quiet) + rm.hop_time(mix.decode)) / d)
+    floor = max(mean_stage_times(points, d))
+    tau = max(s, floor)
+    for _ in range(60):
+        lam = mix.requests / tau
+        extra = 0.0
+        for p, ts in points:
+            L = max(ts)
+            if L > s:
+                extra += p * (L - s) * (1.0 + (d - 1) * math.exp(-lam * ts[0]))
+        new = max(s + extra, floor)
+        if abs(new - tau) <= 1e-12 * new:
+            break
+        tau = 0.5 * (tau + new)
+    return tau
+
+
 def step_interval(rm: ReplicaModel, C: float, input_tokens: float, output_tokens: float,
                   fluid: bool = False, kv_full: bool = False) -> tuple[float, StepMix, bool]:
     """(tau: seconds between micro-batch steps, the step mix, True if the slowest stage binds).
@@ -199,6 +233,9 @@ def step_interval(rm: ReplicaModel, C: float, input_tokens: float, output_tokens
     stage = max(times)
     wait = 0.0 if fluid else overtake_wait(points, d)
     depth = (sum(times) + wait + rm.hop_time(mix.decode + mix.prompt)) / d
+    if d >= 3 and not fluid:
+        # three or more stages: W understates what a prompt lump costs (bench/simulate_capacity.py)
+        depth = max(depth, cluster_interval(rm, mix, points, input_tokens, output_tokens))
     return max(stage, depth), mix, stage >= depth
 
 
