@@ -81,6 +81,8 @@ class StepMix:
     lumps: tuple[tuple[float, float], ...]  # (probability, prompt tokens in the step)
     prefill_bound: bool  # the chunk budget, not the KV cache, limits admissions
     prompt_size: float  # tokens one prompt brings to a step (a lump of x tokens is x / this prompts)
+    lump_rate: float = 0.0  # mu: prompts per step of the lumps' Poisson (0: no lumps drawn)
+    lump_cap: float = 0.0  # prompt tokens a step has room for (B = chunk_tokens - b)
 
 
 def concurrency(rm: ReplicaModel, input_tokens: float, output_tokens: float) -> float:
@@ -152,17 +154,44 @@ def step_mix(rm: ReplicaModel, b: float, input_tokens: float, output_tokens: flo
             lo, hi = (mid, hi) if _mean_lump(mid, size, avail) < P else (lo, mid)
         mu = hi
     return StepMix(decode=r * (output_tokens - 1.0), requests=r, prompt=P,
-                   lumps=tuple(_lumps(mu, size, avail)), prefill_bound=False, prompt_size=size)
+                   lumps=tuple(_lumps(mu, size, avail)), prefill_bound=False, prompt_size=size,
+                   lump_rate=mu, lump_cap=avail)
+
+
+def _lump_times(rm: ReplicaModel, mix: StepMix, tokens: float, input_tokens: float, output_tokens: float) -> list[float]:
+    s = input_tokens + output_tokens / 2.0
+    return rm.stage_times(mix.decode + tokens, mix.decode * s, mix.decode * s + tokens * input_tokens / 2.0,
+                          mix.decode + tokens / max(mix.prompt_size, 1.0))
 
 
 def point_stage_times(rm: ReplicaModel, mix: StepMix, input_tokens: float, output_tokens: float) -> list[tuple[float, list[float]]]:
     """(probability, t_i per stage) of each step composition: decode tokens read their contexts,
     prompt tokens attend causally over their prompt; the step's sequences are the decode ones and
     the prompts of the lump."""
-    s = input_tokens + output_tokens / 2.0
-    return [(p, rm.stage_times(mix.decode + tokens, mix.decode * s, mix.decode * s + tokens * input_tokens / 2.0,
-                               mix.decode + tokens / max(mix.prompt_size, 1.0)))
-            for p, tokens in mix.lumps]
+    return [(p, _lump_times(rm, mix, tokens, input_tokens, output_tokens)) for p, tokens in mix.lumps]
+
+
+def behind_given_ahead(rm: ReplicaModel, mix: StepMix, points: list[tuple[float, list[float]]],
+                       input_tokens: float, output_tokens: float) -> list[list[tuple[float, list[float]]]] | None:
+    """For each composition of a micro-batch (points), the distribution of the one launched after it.
+    The batch behind takes the prompts that arrived while the one ahead held stage 0, so its lump is
+    Poisson(mu t_ahead(0) / E[t(0)]): after a long prompt lump the next batch carries a lump more
+    often, and the two overlap on the pipeline instead of stalling it one after the other. None when
+    the mix draws no lumps (every batch alike)."""
+    if mix.lump_rate <= 0 or mix.prefill_bound or len(points) < 2:
+        return None
+    g = sum(p * ts[0] for p, ts in points)
+    cache: dict[float, list[float]] = {}
+    out = []
+    for _, ahead in points:
+        dist = []
+        for q, tokens in _lumps(mix.lump_rate * ahead[0] / g, mix.prompt_size, mix.lump_cap):
+            key = round(tokens, 6)
+            if key not in cache:
+                cache[key] = _lump_times(rm, mix, tokens, input_tokens, output_tokens)
+            dist.append((q, cache[key]))
+        out.append(dist)
+    return out
 
 
 def mean_stage_times(points: list[tuple[float, list[float]]], depth: int) -> list[float]:
@@ -170,15 +199,17 @@ def mean_stage_times(points: list[tuple[float, list[float]]], depth: int) -> lis
     return [sum(p * ts[i] for p, ts in points) for i in range(depth)]
 
 
-def overtake_wait(points: list[tuple[float, list[float]]], depth: int) -> float:
+def overtake_wait(points: list[tuple[float, list[float]]], depth: int,
+                  behind: list[list[tuple[float, list[float]]]] | None = None) -> float:
     """Expected seconds a micro-batch waits, over its trip through the stages, behind the batch
     launched just before it: batch n+1 reaches stage i after t_{n+1}(i-1) and finds it busy for
-    t_n(i) (consecutive batches independent draws of the mix); E[sum_i (t_n(i) - t_{n+1}(i-1))^+]."""
+    t_n(i); E[sum_i (t_n(i) - t_{n+1}(i-1))^+]. `behind[j]`: the distribution of batch n+1 given
+    batch n is points[j] (behind_given_ahead); None: consecutive batches independent draws."""
     wait = 0.0
-    for i in range(1, depth):
-        for p, ahead in points:
-            for q, behind in points:
-                gap = ahead[i] - behind[i - 1]
+    for j, (p, ahead) in enumerate(points):
+        for q, after in (behind[j] if behind is not None else points):
+            for i in range(1, depth):
+                gap = ahead[i] - after[i - 1]
                 if gap > 0:
                     wait += p * q * gap
     return wait
@@ -197,8 +228,7 @@ def cluster_interval(rm: ReplicaModel, mix: StepMix, points: list[tuple[float, l
     runs are geometric and a lump costs (L - s)(1 + (d - 1)(1 - pi)) on average. Solved for tau by
     damped fixed-point iteration (deterministic)."""
     d = rm.depth
-    s_ctx = input_tokens + output_tokens / 2.0
-    quiet = rm.stage_times(mix.decode, mix.decode * s_ctx, mix.decode * s_ctx, mix.decode)
+    quiet = _lump_times(rm, mix, 0.0, input_tokens, output_tokens)
     s = max(max(quiet), (sum(quiet) + rm.hop_time(mix.decode)) / d)
     floor = max(mean_stage_times(points, d))
     tau = max(s, floor)
@@ -231,7 +261,7 @@ def step_interval(rm: ReplicaModel, C: float, input_tokens: float, output_tokens
     points = point_stage_times(rm, mix, input_tokens, output_tokens)
     times = mean_stage_times(points, d)
     stage = max(times)
-    wait = 0.0 if fluid else overtake_wait(points, d)
+    wait = 0.0 if fluid or d == 1 else overtake_wait(points, d, behind_given_ahead(rm, mix, points, input_tokens, output_tokens))
     depth = (sum(times) + wait + rm.hop_time(mix.decode + mix.prompt)) / d
     if d >= 3 and not fluid:
         # three or more stages: W understates what a prompt lump costs (bench/simulate_capacity.py)
