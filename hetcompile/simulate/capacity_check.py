@@ -53,26 +53,28 @@ def fluid_model(rm: ReplicaModel, input_tokens: int, output_tokens: int) -> Repl
     return rm.model_copy(update={"stages": stages, "max_num_seqs": max(C, 1), "chunk_tokens": budget})
 
 
-def capacity_cases(plan: PlanDoc, seed: int = 0, fluid: bool = False) -> list[CapacityCase]:
-    out: list[CapacityCase] = []
+def _shapes(plan: PlanDoc):
+    """(replica, workload) once per distinct step model and workload it serves, in id order."""
     seen: set[tuple[str, str]] = set()
     for r in sorted(plan.replicas, key=lambda r: r.id):
-        rm = r.step_model
-        if rm is None:
+        if r.step_model is None:
             continue
         for w in sorted(plan.workloads, key=lambda w: w.name):
-            key = (rm.model_dump_json(), w.name)
-            if w.name not in r.workloads or key in seen:
-                continue
-            seen.add(key)
-            I, O = max(1, round(w.input_tokens)), max(1, round(w.output_tokens))
-            if fluid:
-                rm = fluid_model(r.step_model, I, O)
-            est = chain_capacity(rm, I, O, fluid=fluid)
-            duration = LIFETIMES * (est.ttft_s + O * est.tpot_s)
-            sim = saturation_throughput(rm, I, O, OVERLOAD * est.requests_per_s, duration, seed)
-            out.append(CapacityCase(plan.plan, r.id, w.name, rm.depth, est.binding, est.requests_per_s, sim))
-            rm = r.step_model
+            key = (r.step_model.model_dump_json(), w.name)
+            if w.name in r.workloads and key not in seen:
+                seen.add(key)
+                yield r, w
+
+
+def capacity_cases(plan: PlanDoc, seed: int = 0, fluid: bool = False) -> list[CapacityCase]:
+    out: list[CapacityCase] = []
+    for r, w in _shapes(plan):
+        I, O = max(1, round(w.input_tokens)), max(1, round(w.output_tokens))
+        rm = fluid_model(r.step_model, I, O) if fluid else r.step_model
+        est = chain_capacity(rm, I, O, fluid=fluid)
+        duration = LIFETIMES * (est.ttft_s + O * est.tpot_s)
+        sim = saturation_throughput(rm, I, O, OVERLOAD * est.requests_per_s, duration, seed)
+        out.append(CapacityCase(plan.plan, r.id, w.name, rm.depth, est.binding, est.requests_per_s, sim))
     return out
 
 
@@ -97,23 +99,15 @@ class TtftCase:
 
 def ttft_cases(plan: PlanDoc, loads: tuple[float, ...] = (0.3, 0.6, 0.85), seed: int = 0) -> list[TtftCase]:
     out: list[TtftCase] = []
-    seen: set[tuple[str, str]] = set()
-    for r in sorted(plan.replicas, key=lambda r: r.id):
+    for r, w in _shapes(plan):
         rm = r.step_model
-        if rm is None:
-            continue
-        for w in sorted(plan.workloads, key=lambda w: w.name):
-            key = (rm.model_dump_json(), w.name)
-            if w.name not in r.workloads or key in seen:
-                continue
-            seen.add(key)
-            I, O = max(1, round(w.input_tokens)), max(2, round(w.output_tokens))
-            est = chain_capacity(rm, I, O)
-            for load in loads:
-                reqs = poisson_requests(rm, I, O, load * est.requests_per_s, 60.0 * (est.ttft_s + O * est.tpot_s), seed)
-                ttft = statistics.mean(q.first_token - q.arrival for q in reqs)
-                engine = statistics.mean(q.finish - q.arrival - rm.request_overhead_s for q in reqs)
-                C = max(1.0, load * est.requests_per_s * engine)
-                e = chain_capacity(rm, I, O, max_concurrency=C)
-                out.append(TtftCase(plan.plan, r.id, w.name, load, C, ttft, e.ttft_s, e.ttft_s - e.step_wait_s))
+        I, O = max(1, round(w.input_tokens)), max(2, round(w.output_tokens))
+        est = chain_capacity(rm, I, O)
+        for load in loads:
+            reqs = poisson_requests(rm, I, O, load * est.requests_per_s, 60.0 * (est.ttft_s + O * est.tpot_s), seed)
+            ttft = statistics.mean(q.first_token - q.arrival for q in reqs)
+            engine = statistics.mean(q.finish - q.arrival - rm.request_overhead_s for q in reqs)
+            C = max(1.0, load * est.requests_per_s * engine)
+            e = chain_capacity(rm, I, O, max_concurrency=C)
+            out.append(TtftCase(plan.plan, r.id, w.name, load, C, ttft, e.ttft_s, e.ttft_s - e.step_wait_s))
     return out
