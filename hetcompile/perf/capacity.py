@@ -91,11 +91,19 @@ def concurrency(rm: ReplicaModel, input_tokens: float, output_tokens: float) -> 
 
 
 def _poisson(mu: float) -> list[tuple[int, float]]:
-    """(k, P(K = k)) for K ~ Poisson(mu) over k within 8 standard deviations (mass kept whole)."""
+    """(k, P(K = k)) for K ~ Poisson(mu) over k within 8 standard deviations (mass kept whole).
+    log P(k) = k log mu - mu - log k!, by recurrence from the lowest k (lgamma once)."""
+    if mu <= 0:
+        return [(0, 1.0)]
     lo, hi = max(0, int(mu - 8.0 * math.sqrt(mu) - 1)), int(mu + 8.0 * math.sqrt(mu) + 2)
-    logs = [k * math.log(mu) - mu - math.lgamma(k + 1) if mu > 0 else (0.0 if k == 0 else -math.inf)
-            for k in range(lo, hi + 1)]
-    out = [(k, math.exp(x)) for k, x in zip(range(lo, hi + 1), logs) if x > -40.0]
+    log_mu = math.log(mu)
+    x = lo * log_mu - mu - math.lgamma(lo + 1)
+    out = []
+    for k in range(lo, hi + 1):
+        if k > lo:
+            x += log_mu - math.log(k)
+        if x > -40.0:
+            out.append((k, math.exp(x)))
     total = sum(p for _, p in out)
     return [(k, p / total) for k, p in out]
 
@@ -124,7 +132,8 @@ def _lumps(mu: float, size: float, cap: float) -> list[tuple[float, float]]:
 
 
 def _mean_lump(mu: float, size: float, cap: float) -> float:
-    return sum(p * v for p, v in _lumps(mu, size, cap))
+    """E[min(K size, cap)], K ~ Poisson(mu) (the mean of _lumps without building its points)."""
+    return sum(p * min(k * size, cap) for k, p in _poisson(mu))
 
 
 def step_mix(rm: ReplicaModel, b: float, input_tokens: float, output_tokens: float, kv_full: bool = False) -> StepMix:
