@@ -259,6 +259,13 @@ def step_interval(rm: ReplicaModel, C: float, input_tokens: float, output_tokens
                   fluid: bool = False, kv_full: bool = False) -> tuple[float, StepMix, bool]:
     """(tau: seconds between micro-batch steps, the step mix, True if the slowest stage binds).
     `fluid`: every step carries b decode tokens and its even share b I / O of prompt tokens."""
+    tau, mix, stage_bound, _ = _step_interval(rm, C, input_tokens, output_tokens, fluid, kv_full)
+    return tau, mix, stage_bound
+
+
+def _step_interval(rm: ReplicaModel, C: float, input_tokens: float, output_tokens: float, fluid: bool,
+                   kv_full: bool) -> tuple[float, StepMix, bool, list[tuple[float, list[float]]]]:
+    """step_interval, and the stage times of each step composition (point_stage_times) it used."""
     d = rm.depth
     b = C / d
     if fluid:
@@ -275,7 +282,7 @@ def step_interval(rm: ReplicaModel, C: float, input_tokens: float, output_tokens
     if d >= 3 and not fluid:
         # three or more stages: W understates what a prompt lump costs (bench/simulate_capacity.py)
         depth = max(depth, cluster_interval(rm, mix, points, input_tokens, output_tokens))
-    return max(stage, depth), mix, stage >= depth
+    return max(stage, depth), mix, stage >= depth, points
 
 
 def decode_rate(rm: ReplicaModel, C: float, input_tokens: float, output_tokens: float) -> tuple[float, bool]:
@@ -351,12 +358,12 @@ def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, 
     kv_bound = C < rm.max_num_seqs
     if max_concurrency is not None and max_concurrency < C:
         C, kv_bound = max(max_concurrency, 1e-9), False
-    tau, mix, stage_bound = step_interval(rm, C, input_tokens, output_tokens, fluid, kv_bound)
+    tau, mix, stage_bound, points = _step_interval(rm, C, input_tokens, output_tokens, fluid, kv_bound)
     others, context = max(C - 1.0, 0.0) / rm.depth, input_tokens + output_tokens / 2.0
     wait = 0.0
     if not fluid and C > 1.0:
         # the replica is stepping when the request arrives (C - 1 others in flight): it waits for the step in progress
-        wait = min(1.0, C - 1.0) * step_residual(point_stage_times(rm, mix, input_tokens, output_tokens), rm, mix)
+        wait = min(1.0, C - 1.0) * step_residual(points, rm, mix)
     X = mix.requests * output_tokens / tau
     if mix.prefill_bound:
         C = mix.requests * (output_tokens - 1.0 + math.ceil(input_tokens / max(1.0, rm.chunk_tokens - C / rm.depth) - 1e-9)) * rm.depth

@@ -198,33 +198,11 @@ def simulate(plan: PlanDoc, arrivals: list[Arrival], duration: float, *, seed: i
     )
 
 
-def saturation_throughput(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0) -> float:
-    """Requests/s one replica completes under Poisson arrivals at `rate` (above its capacity) for
-    one workload alone: the simulator's side of the capacity check (perf/capacity.py's h_{c,w})."""
-    sim = ReplicaSim("r", rm)
-    driver = Driver([sim])
-    rng = np.random.default_rng(seed)
-    t, n = 0.0, 0
-    warmup = duration * 0.3
-    finishes: list[float] = []
-    driver.on_done = lambda r: finishes.append(r.finish)
-    while True:
-        t += float(rng.exponential(1.0 / rate))
-        if t > duration:
-            break
-        req = Request(n, "w", t, input_tokens, output_tokens)
-        n += 1
-        driver.loop.at(t, driver.arrive, "r", req)
-    driver.loop.run(duration)
-    return sum(1 for f in finishes if warmup <= f <= duration) / (duration - warmup)
-
-
-
-def poisson_requests(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0) -> list[Request]:
-    """One replica under Poisson arrivals at `rate` (below its capacity) for one workload alone,
-    run until every request finishes; the requests that arrived after the first 20% (warm-up)."""
-    sim = ReplicaSim("r", rm)
-    driver = Driver([sim])
+def _one_replica(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int,
+                 until: float) -> list[Request]:
+    """One replica offered Poisson arrivals of one workload alone at `rate` for `duration` seconds,
+    run until `until`; every request, in arrival order."""
+    driver = Driver([ReplicaSim("r", rm)])
     rng = np.random.default_rng(seed)
     t, reqs = 0.0, []
     while True:
@@ -234,5 +212,20 @@ def poisson_requests(rm, input_tokens: int, output_tokens: int, rate: float, dur
         req = Request(len(reqs), "w", t, input_tokens, output_tokens)
         reqs.append(req)
         driver.loop.at(t, driver.arrive, "r", req)
-    driver.loop.run(math.inf)
+    driver.loop.run(until)
+    return reqs
+
+
+def saturation_throughput(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0) -> float:
+    """Requests/s one replica completes under Poisson arrivals at `rate` (above its capacity) for
+    one workload alone: the simulator's side of the capacity check (perf/capacity.py's h_{c,w})."""
+    warmup = duration * 0.3
+    reqs = _one_replica(rm, input_tokens, output_tokens, rate, duration, seed, until=duration)
+    return sum(1 for r in reqs if r.finish is not None and warmup <= r.finish <= duration) / (duration - warmup)
+
+
+def poisson_requests(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0) -> list[Request]:
+    """One replica under Poisson arrivals at `rate` (below its capacity) for one workload alone,
+    run until every request finishes; the requests that arrived after the first 20% (warm-up)."""
+    reqs = _one_replica(rm, input_tokens, output_tokens, rate, duration, seed, until=math.inf)
     return [r for r in reqs if r.arrival >= 0.2 * duration and r.finish is not None]
