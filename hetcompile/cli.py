@@ -71,6 +71,8 @@ def build(
 
         try:
             churn = units.parse_fraction(churn_penalty)
+            if not 0 <= churn <= 1:  # also NaN
+                raise ValueError(f"a churn penalty must be between 0 and 100%, got {churn_penalty}")
         except ValueError as exc:
             raise HetcompileError(f"--churn-penalty {churn_penalty!r}: {exc}", hint="give a share such as 2% or 0.02") from None
         res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), log=log, previous=previous,

@@ -116,14 +116,29 @@ def _evil_spec() -> str:
 
     spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu" / "spec.yaml").read_text())
     m = spec["models"][0]
+    # free text that reaches scripts; names (model, workload, region, plan) are identifiers that
+    # the loader refuses unless they match ir/names.py (tests/test_hostile.py)
     m["served_name"] = "tiny" + EVIL
     m["weights"] = "./tiny" + EVIL
-    m["name"] = "tiny-llama" + EVIL
-    for w in spec["workloads"]:
-        w["model"] = m["name"]
-        w["name"] = w["name"] + EVIL
-    spec["regions"][0]["name"] = "local" + EVIL
     return yaml.safe_dump(spec)
+
+
+def test_injection_through_names_is_refused_at_the_spec(tmp_path: Path) -> None:
+    import yaml
+
+    from hetcompile.ir.errors import SpecError
+
+    for edit in ("model", "workload", "region"):
+        spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu" / "spec.yaml").read_text())
+        if edit == "model":
+            spec["models"][0]["name"] += EVIL
+        elif edit == "workload":
+            spec["workloads"][0]["name"] += EVIL
+        else:
+            spec["regions"][0]["name"] += EVIL
+        (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+        with pytest.raises(SpecError, match="is not allowed"):
+            compile_spec(tmp_path / "spec.yaml")
 
 
 def test_injection_every_user_string(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from hetcompile.backends import deploy, skypilot, vllm
 from hetcompile.backends.canon import dumps_json
 from hetcompile.backends.plan_json import plan_dict, timings_dict
 from hetcompile.backends.plan_md import plan_md
+from hetcompile.ir.errors import BackendError
 from hetcompile.ir.problem import Problem
 
 
@@ -28,11 +29,21 @@ def artifacts(ir: Problem) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
+def _inside(out: Path, rel: str) -> Path:
+    """`out/rel`, refusing any artifact path that would land outside `out` (ids are checked where
+    they enter, see ir/names.py; this is the last line of defence, not the first)."""
+    path = out / rel
+    root = out.resolve()
+    if Path(rel).is_absolute() or ".." in Path(rel).parts or not path.resolve().is_relative_to(root):
+        raise BackendError(f"refusing to write {rel!r} outside the output directory {str(out)!r}")
+    return path
+
+
 def write(ir: Problem, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for rel, text in artifacts(ir).items():
-        path = out / rel
+        path = _inside(out, rel)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         if rel.endswith(".sh"):

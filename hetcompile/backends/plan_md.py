@@ -31,7 +31,7 @@ def summary(plan: dict) -> str:
         return f"all requests done in {t['makespan_s']:.4g} s."
     if t["objective"] == "max-throughput-per-dollar":
         if t.get("tokens_per_dollar") is None:
-            return f"{t['requests_per_s']:.4g} requests/s on owned GPUs alone, at $0/h (renting would lower throughput per dollar)."
+            return f"{t['requests_per_s']:.4g} requests/s on free GPUs alone (owned or priced $0/h), at $0/h (paying would lower throughput per dollar)."
         return f"{t['tokens_per_dollar']:.4g} tokens per dollar ({t['objective_value']:.4g}x the demand mix per $/h)."
     return f"{t['requests_per_s']:.4g} requests/s within budget and availability."
 

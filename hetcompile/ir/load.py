@@ -13,9 +13,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from hetcompile.ir.errors import SpecError, did_you_mean
+from hetcompile.ir.errors import Span, SpecError, did_you_mean
 from hetcompile.ir.spec import MeasuredProfile, Spec
-from hetcompile.ir.yaml_spans import SourceMap, load_yaml
+from hetcompile.ir.yaml_spans import SourceMap, decode, load_yaml
 
 
 def _unwrap(tp: object) -> list[object]:
@@ -50,9 +50,21 @@ def _model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     return None
 
 
-def _clean_loc(loc: tuple) -> tuple:
-    # pydantic inserts union-member tags (e.g. 'MeasuredProfile', 'str') into locations
-    return tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or p in ("str", "function-before[check(), float]"))))
+def _clean_loc(loc: tuple, data: object) -> tuple:
+    """`loc` as a path into `data`: pydantic puts union-member tags ('MeasuredProfile', 'str',
+    'function-before[...]') into locations; a part that is not a key or index of the data there is
+    such a tag, unless it is the last part (the key a `missing` error names)."""
+    out, cur = [], data
+    for i, part in enumerate(loc):
+        if isinstance(cur, dict) and part in cur:
+            out.append(part)
+            cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+            out.append(part)
+            cur = cur[part]
+        elif i == len(loc) - 1 and not (isinstance(part, str) and (part[:1].isupper() or "[" in part or part == "str")):
+            out.append(part)
+    return tuple(out)
 
 
 def _describe(err: dict) -> str:
@@ -63,14 +75,14 @@ def _describe(err: dict) -> str:
     return msg
 
 
-def validation_to_spec_error(exc: ValidationError, smap: SourceMap, root: type[BaseModel]) -> SpecError:
-    """The first pydantic error as a SpecError pointing at the YAML."""
+def validation_to_spec_error(exc: ValidationError, smap: SourceMap, root: type[BaseModel], data: object) -> SpecError:
+    """The first pydantic error as a SpecError pointing at the YAML (`data`: what was validated)."""
     errors = exc.errors()
     # prefer an unknown-key error: it is usually the cause of the others
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = _clean_loc(tuple(err["loc"]))
+    loc = _clean_loc(tuple(err["loc"]), data)
     field = ".".join(str(p) for p in loc) or "<root>"
-    if err["type"] == "extra_forbidden":
+    if err["type"] == "extra_forbidden" and loc:
         key = loc[-1]
         owner = _model_at(root, loc[:-1])
         known = list(owner.model_fields) if owner else []
@@ -78,7 +90,7 @@ def validation_to_spec_error(exc: ValidationError, smap: SourceMap, root: type[B
         msg = f"unknown key {key!r}" + (f"; did you mean {guess!r}?" if guess else "")
         hint = f"allowed keys here: {', '.join(known)}" if known else None
         return SpecError(msg, smap.key(loc), hint=hint)
-    if err["type"] == "missing":
+    if err["type"] == "missing" and loc:
         owner = _model_at(root, loc[:-1])
         desc = ""
         if owner is not None and loc[-1] in owner.model_fields:
@@ -97,31 +109,37 @@ def read_spec(path: Path) -> tuple[Spec, SourceMap, bytes]:
         raw = path.read_bytes()
     except OSError as exc:
         raise SpecError(f"cannot read spec {str(path)!r}: {exc.strerror}") from None
-    data, smap = load_yaml(raw.decode("utf-8", errors="replace"), str(path))
+    data, smap = load_yaml(decode(raw, str(path)), str(path))
     if not isinstance(data, dict):
-        raise SpecError("a spec must be a YAML mapping with keys name, models, workloads, regions", smap.value(()))
+        raise SpecError("a spec must be a YAML mapping with keys name, models, workloads, regions",
+                        smap.value(()) or Span(str(path), 1, 1))
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
-        raise validation_to_spec_error(exc, smap, Spec) from None
+        raise validation_to_spec_error(exc, smap, Spec, data) from None
     return spec, smap, raw
 
 
-def read_profiles(path: Path, kind: type[BaseModel] = MeasuredProfile) -> tuple[list, SourceMap]:
-    """A profiles file: a YAML list of `kind` entries (same keys as the inline entries)."""
+def read_profiles(path: Path, where: Span | None = None,
+                  kind: type[BaseModel] = MeasuredProfile) -> tuple[list, SourceMap]:
+    """A profiles file: a YAML list of `kind` entries (same keys as the inline entries); `where` is
+    the spec entry that names it, for errors about the file itself."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read profiles file {str(path)!r}: {exc.strerror}") from None
-    data, smap = load_yaml(text, str(path))
+        path = path.resolve()
+        raw = path.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise SpecError(f"cannot read profiles file {str(path)[:200]!r}: {why}", where,
+                        hint="a profiles entry is a path relative to the spec, or an inline profile") from None
+    data, smap = load_yaml(decode(raw, str(path)), str(path))
     if not isinstance(data, list):
-        raise SpecError("a profiles file must be a YAML list of profiles", smap.value(()))
+        raise SpecError("a profiles file must be a YAML list of profiles", smap.value(()) or Span(str(path), 1, 1))
     out = []
     for i, item in enumerate(data):
         try:
             out.append(kind.model_validate(item))
         except ValidationError as exc:
-            err = validation_to_spec_error(exc, _Shifted(smap, (i,)), kind)
+            err = validation_to_spec_error(exc, _Shifted(smap, (i,)), kind, item)
             raise err from None
     return out, smap
 

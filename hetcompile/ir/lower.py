@@ -224,7 +224,7 @@ def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: d
     entries: list[tuple[MeasuredProfile, SourceMap, tuple]] = []
     for i, p in enumerate(spec.profiles):
         if isinstance(p, str):
-            items, psmap = read_profiles((base / p).resolve())
+            items, psmap = read_profiles(base / p, smap.value(("profiles", i)))
             entries.extend((item, psmap, (j,)) for j, item in enumerate(items))
         else:
             entries.append((p, smap, ("profiles", i)))
@@ -270,7 +270,7 @@ def _placement(spec: Spec, smap: SourceMap, base: Path, models: dict[str, Model]
     entries: list[tuple[LayerProfileSpec, SourceMap, tuple]] = []
     for i, p in enumerate(pl.layer_profiles):
         if isinstance(p, str):
-            items, psmap = read_profiles((base / p).resolve(), LayerProfileSpec)
+            items, psmap = read_profiles(base / p, smap.value(("placement", "layer_profiles", i)), LayerProfileSpec)
             entries.extend((item, psmap, (j,)) for j, item in enumerate(items))
         else:
             entries.append((p, smap, ("placement", "layer_profiles", i)))

@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hetcompile.ir.names import Name, NodeId, PlanName, ReplicaId
 from hetcompile.ir.problem import Binding, ModelPlacement
 from hetcompile.perf.stepmodel import ReplicaModel
 
@@ -37,7 +38,7 @@ class Compiler(_Doc):
 
 
 class PlanModel(_Doc):
-    name: Annotated[str, Field(description="model id")]
+    name: Annotated[Name, Field(description="model id")]
     served_name: Annotated[str, Field(description="what clients send as `model` (--served-model-name)")]
     weights: Annotated[str, Field(description="HF repo id or path vllm serve loads")]
     max_model_len: Annotated[int, Field(description="--max-model-len")]
@@ -64,7 +65,7 @@ class PlanWorkload(_Doc):
 
 
 class PlanNode(_Doc):
-    id: Annotated[str, Field(description="node id (cluster hosts are named after it)")]
+    id: Annotated[NodeId, Field(description="node id (cluster hosts are named after it)")]
     offer: Annotated[str, Field(description="'<region>/<GPU>x<gpus per node>' offer it comes from")]
     region: str
     cloud: str
@@ -76,7 +77,7 @@ class PlanNode(_Doc):
 
 
 class PlanStage(_Doc):
-    node: str
+    node: NodeId
     gpu: str
     region: str
     tp: int
@@ -92,7 +93,7 @@ class ReplicaWorkload(_Doc):
 
 
 class PlanReplica(_Doc):
-    id: Annotated[str, Field(description="replica id, never reused across replans (see next_replica)")]
+    id: Annotated[ReplicaId, Field(description="replica id, never reused across replans (see next_replica)")]
     model: str
     served_name: str
     shape: Annotated[str, Field(description="the candidate shape it instantiates")]
@@ -151,7 +152,7 @@ class PlanDoc(_Doc):
 
     format: Annotated[Literal["hetcompile-plan/1"], Field(description="document format and version")] = PLAN_FORMAT
     compiler: Compiler
-    plan: Annotated[str, Field(description="the spec's name")]
+    plan: Annotated[PlanName, Field(description="the spec's name")]
     spec_hash: Annotated[str, Field(description="sha256 of the spec file")]
     models: tuple[PlanModel, ...]
     workloads: tuple[PlanWorkload, ...]
@@ -162,4 +163,4 @@ class PlanDoc(_Doc):
     totals: Totals
     passes: tuple[PassSummary, ...]
     placement: Annotated[tuple[ModelPlacement, ...], Field(description="mixed pipelines: what placement found per model")] = ()
-    next_replica: Annotated[int, Field(description="replica ids r0 .. r{next_replica-1} are taken, in this plan or earlier ones")]
+    next_replica: Annotated[int, Field(ge=0, le=999_999_999, description="replica ids r0 .. r{next_replica-1} are taken, in this plan or earlier ones")]

@@ -12,11 +12,13 @@ per hour for the whole plan.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import math
+from typing import Annotated, Callable, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from hetcompile.ir import units
+from hetcompile.ir.names import Name, PlanName
 
 _UNIT_SCHEMA = {"anyOf": [{"type": "number"}, {"type": "string"}]}
 
@@ -25,12 +27,45 @@ def _schema(example: str) -> WithJsonSchema:
     return WithJsonSchema({**_UNIT_SCHEMA, "examples": [example]})
 
 
-Bytes = Annotated[float, BeforeValidator(units.parse_bytes), _schema("80GB")]
-Bandwidth = Annotated[float, BeforeValidator(units.parse_bandwidth), _schema("10Gbps")]
-Duration = Annotated[float, BeforeValidator(units.parse_duration), _schema("150ms")]
-PricePerHour = Annotated[float, BeforeValidator(units.parse_price_per_hour), _schema("$2.99/h")]
-Rate = Annotated[float, BeforeValidator(units.parse_rate), _schema("4/s")]
-Fraction = Annotated[float, BeforeValidator(units.parse_fraction), _schema("1%")]
+def _unit(parse: Callable[[object], float], what: str, example: str, *, gt: float | None = None,
+          ge: float | None = None, lt: float | None = None, le: float | None = None) -> object:
+    """A unit type that carries its bounds: parse leniently, then refuse NaN, infinities and values
+    out of range with the user's own text ("rate must be > 0, got -3/s"), so `validate` and `build`
+    stop at the same line and column and no pass ever sees such a number."""
+
+    def check(value: object) -> float:
+        x = parse(value)
+        got = value if isinstance(value, str) else f"{value}"
+        if not math.isfinite(x):
+            raise units.UnitError(f"{what} must be a finite number, got {got}")
+        for ok, op, bound in ((gt is None or x > gt, ">", gt), (ge is None or x >= ge, ">=", ge),
+                              (lt is None or x < lt, "<", lt), (le is None or x <= le, "<=", le)):
+            if not ok:
+                raise units.UnitError(f"{what} must be {op} {bound:g}, got {got}")
+        return x
+
+    bounds = {k: v for k, v in (("exclusiveMinimum", gt), ("minimum", ge), ("exclusiveMaximum", lt),
+                                ("maximum", le)) if v is not None}
+    schema = {"anyOf": [{"type": "number", **bounds}, {"type": "string"}], "examples": [example]}
+    return Annotated[float, BeforeValidator(check), WithJsonSchema(schema)]
+
+
+Bytes = _unit(units.parse_bytes, "a size", "80GB", gt=0)
+Bandwidth = _unit(units.parse_bandwidth, "a bandwidth", "10Gbps", gt=0)
+Latency = _unit(units.parse_duration, "a latency", "1ms", ge=0)
+Duration = _unit(units.parse_duration, "a duration", "150ms", gt=0)
+StepTime = _unit(units.parse_duration, "a step time", "0.4ms", ge=0)
+PricePerHour = _unit(units.parse_price_per_hour, "a price", "$2.99/h", ge=0)
+Rate = _unit(units.parse_rate, "a rate", "4/s", gt=0)
+MeasuredRate = _unit(units.parse_rate, "a measured rate", "2.4/s", ge=0)
+Share = _unit(units.parse_fraction, "a share", "70%", gt=0, le=1)
+Gap = _unit(units.parse_fraction, "a gap", "1%", ge=0, lt=1)
+Fraction = _unit(units.parse_fraction, "a fraction", "1%", ge=0, le=1)
+
+# Upper bounds of counts: far above any real deployment, low enough that no pass overflows a
+# solver's int32 or builds an absurd table from a typo.
+MAX_TOKENS = 10_000_000
+INT32 = 2**31 - 1
 
 Objective = Literal["max-throughput", "min-cost", "max-throughput-per-dollar", "min-makespan"]
 Dtype = Literal["auto", "fp16", "bf16", "float16", "bfloat16"]
@@ -41,25 +76,25 @@ Cloud = Literal[
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ArchitectureSpec(_Spec):
     """Transformer shape of a model not in the catalog (Hugging Face config.json names in comments)."""
 
-    layers: Annotated[int, Field(gt=0, description="num_hidden_layers")]
-    hidden: Annotated[int, Field(gt=0, description="hidden_size")]
-    intermediate: Annotated[int, Field(gt=0, description="intermediate_size (gated MLP)")]
-    heads: Annotated[int, Field(gt=0, description="num_attention_heads")]
-    kv_heads: Annotated[int, Field(gt=0, description="num_key_value_heads")]
-    head_dim: Annotated[int | None, Field(default=None, gt=0, description="head_dim (default hidden/heads)")] = None
-    vocab: Annotated[int, Field(gt=0, description="vocab_size")]
-    max_context: Annotated[int, Field(default=4096, gt=0, description="max_position_embeddings")] = 4096
+    layers: Annotated[int, Field(gt=0, le=10_000, description="num_hidden_layers")]
+    hidden: Annotated[int, Field(gt=0, le=1_000_000, description="hidden_size")]
+    intermediate: Annotated[int, Field(gt=0, le=10_000_000, description="intermediate_size (gated MLP)")]
+    heads: Annotated[int, Field(gt=0, le=10_000, description="num_attention_heads")]
+    kv_heads: Annotated[int, Field(gt=0, le=10_000, description="num_key_value_heads")]
+    head_dim: Annotated[int | None, Field(default=None, gt=0, le=100_000, description="head_dim (default hidden/heads)")] = None
+    vocab: Annotated[int, Field(gt=0, le=100_000_000, description="vocab_size")]
+    max_context: Annotated[int, Field(default=4096, gt=0, le=MAX_TOKENS, description="max_position_embeddings")] = 4096
     tie_embeddings: Annotated[bool, Field(default=False, description="tie_word_embeddings")] = False
 
 
 class ModelSpec(_Spec):
-    name: Annotated[str, Field(description="catalog id (e.g. llama-3.1-8b) or a new name with `architecture`")]
+    name: Annotated[Name, Field(description="catalog id (e.g. llama-3.1-8b) or a new name with `architecture`")]
     weights: Annotated[
         str | None, Field(default=None, description="Hugging Face repo id or local path vLLM loads (default: catalog)")
     ] = None
@@ -69,7 +104,7 @@ class ModelSpec(_Spec):
     ] = None
     served_name: Annotated[str | None, Field(default=None, description="name clients send (default: `name`)")] = None
     max_model_len: Annotated[
-        int | None, Field(default=None, gt=0, description="vLLM --max-model-len (default: fits the largest workload)")
+        int | None, Field(default=None, gt=0, le=MAX_TOKENS, description="vLLM --max-model-len (default: fits the largest workload)")
     ] = None
 
 
@@ -86,55 +121,55 @@ class HeaderMatchSpec(_Spec):
 class MatchSpec(_Spec):
     """How the router recognises this workload's requests (default: derived from token means)."""
 
-    prompt_tokens_min: Annotated[int | None, Field(default=None, ge=0, description="prompt tokens >= this")] = None
-    prompt_tokens_max: Annotated[int | None, Field(default=None, gt=0, description="prompt tokens < this")] = None
-    max_tokens_min: Annotated[int | None, Field(default=None, ge=0, description="max_tokens >= this")] = None
-    max_tokens_max: Annotated[int | None, Field(default=None, gt=0, description="max_tokens < this")] = None
+    prompt_tokens_min: Annotated[int | None, Field(default=None, ge=0, le=MAX_TOKENS, description="prompt tokens >= this")] = None
+    prompt_tokens_max: Annotated[int | None, Field(default=None, gt=0, le=MAX_TOKENS, description="prompt tokens < this")] = None
+    max_tokens_min: Annotated[int | None, Field(default=None, ge=0, le=MAX_TOKENS, description="max_tokens >= this")] = None
+    max_tokens_max: Annotated[int | None, Field(default=None, gt=0, le=MAX_TOKENS, description="max_tokens < this")] = None
     header: Annotated[HeaderMatchSpec | None, Field(default=None, description="header that selects it")] = None
 
 
 class WorkloadSpec(_Spec):
-    name: Annotated[str, Field(description="workload class name")]
-    model: Annotated[str, Field(description="name of a model in `models`")]
-    input_tokens: Annotated[int, Field(gt=0, description="mean prompt tokens")]
-    output_tokens: Annotated[int, Field(gt=0, description="mean output tokens")]
-    rate: Annotated[Rate | None, Field(default=None, description="arrival rate, e.g. 4/s (min-cost needs it)")] = None
+    name: Annotated[Name, Field(description="workload class name")]
+    model: Annotated[Name, Field(description="name of a model in `models`")]
+    input_tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS, description="mean prompt tokens")]
+    output_tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS, description="mean output tokens")]
+    rate: Annotated[Rate | None, Field(default=None, description="arrival rate > 0, e.g. 4/s (min-cost needs it; omit it for a share of the mix)")] = None
     requests: Annotated[
-        float | None, Field(default=None, gt=0, description="total requests f_w (min-makespan, seed 003 §4.3)")
+        float | None, Field(default=None, gt=0, le=1e15, description="total requests f_w (min-makespan, seed 003 §4.3)")
     ] = None
     share: Annotated[
-        Fraction | None, Field(default=None, description="share of the traffic mix when no rate is given")
+        Share | None, Field(default=None, description="share of the traffic mix when no rate is given, in (0, 100%]")
     ] = None
     slo: Annotated[SloSpec | None, Field(default=None, description="latency targets: compose sizes replicas so the predicted TTFT and p99 TPOT meet them")] = None
     match: Annotated[MatchSpec | None, Field(default=None, description="router classification rule")] = None
 
 
 class OfferSpec(_Spec):
-    gpu: Annotated[str, Field(description="GPU type: catalog id or one defined under `gpus`")]
-    gpus_per_node: Annotated[int, Field(default=1, gt=0, description="GPUs in one node (TP stays inside a node)")] = 1
-    max_nodes: Annotated[int, Field(gt=0, description="nodes available (availability a_n = max_nodes x gpus_per_node)")]
+    gpu: Annotated[Name, Field(description="GPU type: catalog id or one defined under `gpus`")]
+    gpus_per_node: Annotated[int, Field(default=1, gt=0, le=64, description="GPUs in one node (TP stays inside a node)")] = 1
+    max_nodes: Annotated[int, Field(gt=0, le=100_000, description="nodes available (availability a_n = max_nodes x gpus_per_node)")]
     price: Annotated[
         PricePerHour | None, Field(default=None, description="$ per GPU-hour (default: catalog price)")
     ] = None
-    owned: Annotated[int, Field(default=0, ge=0, description="nodes already owned (cost 0); <= max_nodes")] = 0
+    owned: Annotated[int, Field(default=0, ge=0, le=100_000, description="nodes already owned (cost 0); <= max_nodes")] = 0
     spot: Annotated[bool, Field(default=False, description="rent as spot instances")] = False
 
 
 class RegionSpec(_Spec):
-    name: Annotated[str, Field(description="region name, e.g. us-central1")]
+    name: Annotated[Name, Field(description="region name, e.g. us-central1")]
     cloud: Annotated[Cloud, Field(description="cloud, or kubernetes / ssh for owned fleets")]
     offers: Annotated[tuple[OfferSpec, ...], Field(min_length=1, description="GPUs that can be had here")]
 
 
 class LinkSpec(_Spec):
     bandwidth: Annotated[Bandwidth, Field(description="e.g. 10Gbps")]
-    latency: Annotated[Duration, Field(description="one-way latency, e.g. 1ms")]
+    latency: Annotated[Latency, Field(description="one-way latency, e.g. 1ms")]
 
 
 class RegionLinkSpec(_Spec):
-    between: Annotated[tuple[str, str], Field(description="two region names")]
+    between: Annotated[tuple[Name, Name], Field(description="two region names")]
     bandwidth: Annotated[Bandwidth, Field(description="e.g. 196Mbps")]
-    latency: Annotated[Duration, Field(description="one-way latency, e.g. 100ms")]
+    latency: Annotated[Latency, Field(description="one-way latency, e.g. 100ms")]
 
 
 class NetworkSpec(_Spec):
@@ -149,11 +184,11 @@ class NetworkSpec(_Spec):
 
 class SolverSpec(_Spec):
     time_limit: Annotated[Duration, Field(default=60.0, description="per solve, e.g. 60s")] = 60.0
-    mip_gap: Annotated[Fraction, Field(default=1e-4, description="relative MIP gap to stop at, e.g. 1%")] = 1e-4
-    threads: Annotated[int, Field(default=1, gt=0, description="solver threads (1 keeps runs reproducible)")] = 1
-    seed: Annotated[int, Field(default=0, ge=0, description="solver random seed")] = 0
+    mip_gap: Annotated[Gap, Field(default=1e-4, description="relative MIP gap to stop at, in [0, 100%), e.g. 1%")] = 1e-4
+    threads: Annotated[int, Field(default=1, gt=0, le=256, description="solver threads (1 keeps runs reproducible)")] = 1
+    seed: Annotated[int, Field(default=0, ge=0, le=INT32, description="solver random seed")] = 0
     node_limit: Annotated[
-        int, Field(default=100_000, gt=0, description="branch-and-bound nodes per MILP solve: a work budget that stops "
+        int, Field(default=100_000, gt=0, le=INT32, description="branch-and-bound nodes per MILP solve: a work budget that stops "
                    "the same way on every machine (time_limit is only a wall-clock cap)")
     ] = 100_000
 
@@ -167,18 +202,18 @@ class EngineSpec(_Spec):
     gpu_memory_utilization: Annotated[
         float, Field(default=0.92, gt=0, le=1, description="vLLM --gpu-memory-utilization (0.33 default 0.92)")
     ] = 0.92
-    max_num_seqs: Annotated[int, Field(default=256, gt=0, description="vLLM --max-num-seqs")] = 256
+    max_num_seqs: Annotated[int, Field(default=256, gt=0, le=65_536, description="vLLM --max-num-seqs")] = 256
     port: Annotated[int, Field(default=8000, gt=0, lt=65536, description="port each replica head serves on")] = 8000
     router_port: Annotated[int, Field(default=8080, gt=0, lt=65536, description="port of the bundled router")] = 8080
-    disk_size: Annotated[int, Field(default=256, gt=0, description="GB of disk per node")] = 256
+    disk_size: Annotated[int, Field(default=256, gt=0, le=1_000_000, description="GB of disk per node")] = 256
 
 
 class GpuSpec(_Spec):
     """A GPU type that is not in the catalog (or overrides a catalog entry)."""
 
-    name: Annotated[str, Field(description="GPU type id")]
+    name: Annotated[Name, Field(description="GPU type id")]
     memory: Annotated[Bytes, Field(description="memory per GPU, e.g. 24GB")]
-    fp16_tflops: Annotated[float, Field(gt=0, description="dense FP16 tensor TFLOPS")]
+    fp16_tflops: Annotated[float, Field(gt=0, le=1_000_000, description="dense FP16 tensor TFLOPS")]
     bandwidth: Annotated[Bandwidth, Field(description="memory bandwidth, e.g. 900GB/s")]
     bf16: Annotated[bool, Field(default=True, description="supports bfloat16")] = True
     price: Annotated[PricePerHour | None, Field(default=None, description="default $ per GPU-hour")] = None
@@ -202,10 +237,10 @@ class MeasuredProfile(_Spec):
 
     model: Annotated[str, Field(description="model name")]
     gpu: Annotated[str, Field(description="GPU type")]
-    tp: Annotated[int, Field(default=1, gt=0, description="tensor-parallel size per node")] = 1
-    pp: Annotated[int, Field(default=1, gt=0, description="pipeline stages (nodes)")] = 1
+    tp: Annotated[int, Field(default=1, gt=0, le=64, description="tensor-parallel size per node")] = 1
+    pp: Annotated[int, Field(default=1, gt=0, le=1024, description="pipeline stages (nodes)")] = 1
     throughput: Annotated[
-        dict[str, Rate], Field(default_factory=dict, description="requests/s per workload name, e.g. {chat: 2.4/s}")
+        dict[str, MeasuredRate], Field(default_factory=dict, description="requests/s per workload name, e.g. {chat: 2.4/s}")
     ]
     kv_capacity_tokens: Annotated[int | None, Field(default=None, gt=0, description="measured KV tokens")] = None
     prefill_tokens_per_s: Annotated[float | None, Field(default=None, gt=0, description="measured prompt tokens/s")] = None
@@ -228,7 +263,7 @@ class LayerProfileSpec(_Spec):
 
     model: Annotated[str, Field(description="model name")]
     gpu: Annotated[str, Field(description="GPU type")]
-    tp: Annotated[int, Field(default=1, gt=0, description="GPUs of one stage (tensor-parallel size)")] = 1
+    tp: Annotated[int, Field(default=1, gt=0, le=64, description="GPUs of one stage (tensor-parallel size)")] = 1
     throughput: Annotated[
         tuple[Annotated[float, Field(ge=0)], ...],
         Field(min_length=1, description="T(k): prompt + decode tokens/s of a stage holding k = 1, 2, ... layers"),
@@ -238,11 +273,11 @@ class LayerProfileSpec(_Spec):
         Field(min_length=1, description="KV entries (tokens x layers) a stage holding k layers keeps; same length"),
     ]
     decode_time: Annotated[
-        tuple[tuple[float, Duration], ...],
+        tuple[tuple[Annotated[float, Field(ge=0)], StepTime], ...],
         Field(min_length=2, description="[batch sequences, time per layer] points of one decode step, e.g. [[8, 0.4ms], ...]"),
     ]
     prefill_time: Annotated[
-        tuple[tuple[float, Duration], ...],
+        tuple[tuple[Annotated[float, Field(ge=0)], StepTime], ...],
         Field(min_length=2, description="[batch tokens, time per layer] points of one prefill step"),
     ]
     source: Annotated[str, Field(default="measured", description="where the numbers come from")] = "measured"
@@ -281,7 +316,7 @@ class PlacementSpec(_Spec):
 class Spec(_Spec):
     """A hetcompile spec: what to serve, on what, within what budget."""
 
-    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="plan name (lowercase, digits, '-')")]
+    name: Annotated[PlanName, Field(description="plan name (lowercase, digits, '-'; prefixes every cluster name)")]
     models: Annotated[tuple[ModelSpec, ...], Field(min_length=1, description="LLMs to serve")]
     workloads: Annotated[tuple[WorkloadSpec, ...], Field(min_length=1, description="workload classes")]
     regions: Annotated[tuple[RegionSpec, ...], Field(min_length=1, description="where GPUs can be had")]

@@ -264,17 +264,22 @@ RATIO_KEEP = 1 - 1e-7  # Dinkelbach's second stage keeps theta / cost within thi
 def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResult, ComposeSolution, list[str], tuple]:
     """max theta / cost ($/s). Returns (last result, plan, notes, (objective, bound) in x demand per $/h)."""
     notes: list[str] = []
-    if any(t.owned.values()):
-        res0, free = _solve(replace(t, budget=0.0), opts, "compose/owned-only", "theta")
+    # GPUs that cost nothing (owned, or offered at $0/h) make the ratio unbounded wherever they serve
+    if any(t.owned.values()) or any(p <= 0 for p in t.price.values()):
+        res0, free = _solve(replace(t, budget=0.0), opts, "compose/free-only", "theta")
         if free is not None and free.theta > 1e-9:
             res, paid = _max_theta(ir, t, opts)
+            what = "owned GPUs" if not any(p <= 0 for p in t.price.values()) else "GPUs at $0/h (owned or priced 0)"
             notes.append(
-                f"owned GPUs alone serve {free.theta:.4g}x the demand mix at $0/h: throughput per dollar is unbounded "
-                f"there and any rented GPU lowers it, so the plan rents nothing (max-throughput would serve "
+                f"{what} alone serve {free.theta:.4g}x the demand mix at $0/h: throughput per dollar is unbounded "
+                f"there and any paid GPU lowers it, so the plan uses only those (max-throughput would serve "
                 f"{paid.theta:.4g}x for {_per_h(paid.cost)})"
             )
             return res0, free, notes, (None, None)
     res, sol = _max_theta(ir, t, opts)
+    if sol.cost <= 0:  # nothing is served at all (theta 0): there is no ratio to improve
+        notes.append("no plan serves any demand, so there is no throughput per dollar to maximize")
+        return res, sol, notes, (None, None)
     q = sol.theta / sol.cost
     last = res
     for it in range(30):

@@ -125,7 +125,9 @@ def cost_expr(m: pyo.ConcreteModel, t: ComposeTables):
 
 
 def add_ineq_budget(m: pyo.ConcreteModel, t: ComposeTables) -> None:
-    if t.budget is not None:
+    # with every offer free the row is 0 <= B: always true (B >= 0 is checked at the spec), and Pyomo
+    # refuses a constraint without variables
+    if t.budget is not None and any(p > 0 for p in t.price.values()):
         m.ineq_budget = pyo.Constraint(expr=cost_expr(m, t) <= t.budget / cost_unit(t))
 
 
