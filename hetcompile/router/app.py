@@ -30,7 +30,7 @@ from aiohttp import web
 from hetcompile.ir.routing import POLICIES
 from hetcompile.router.health import HealthMonitor
 from hetcompile.router.metrics import RouterMetrics
-from hetcompile.router.proxy import Proxy, error_response
+from hetcompile.router.proxy import Proxy, error_response, invalid_request
 from hetcompile.router.table import RouteTable, RouterError, compile_table, load_table
 from hetcompile.router.upstream import UpstreamPool
 
@@ -239,7 +239,7 @@ def build_app(router: Router) -> web.Application:
         try:
             t = router.reload_now()
         except RouterError as e:
-            return error_response(400, str(e), "BadRequestError")
+            return invalid_request(400, str(e))  # the old table keeps serving
         return web.json_response({"status": "reloaded", "plan": t.source.plan, "replicas": len(t.replicas)})
 
     async def status(request: web.Request) -> web.Response:

@@ -14,11 +14,18 @@ A request belongs to the first `WorkloadClass` of its model whose `ClassMatch` a
 are [min, max)); an absent `max_tokens` counts as unbounded, so it passes every `*_min` bound and
 fails every `*_max` bound. When no class matches, the model's last class is used (the table says
 the last class should match everything; this keeps a slightly wrong table serving).
+
+A body routing cannot use is refused with `BadRequest` (the proxy answers 400): not UTF-8, not
+JSON or nested past the parser's recursion limit, not an object, or a routing field of the
+wrong type (`model` not a string, `messages` not an array of message objects, `prompt` none of
+its four shapes, `max_tokens` / `max_completion_tokens` / `n` not an integer within ±(2**53 - 1),
+`stream` not a boolean). Fields routing does not read are left to the replica.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,7 +33,19 @@ from hetcompile.ir.routing import ClassMatch
 
 
 class BadRequest(ValueError):
-    """The client's body cannot be routed (not JSON, not an object, wrong field types)."""
+    """The client's body cannot be routed (not JSON, not an object, wrong field types).
+
+    `param` names the offending field, as the OpenAI error object's `param` does.
+    """
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+# RFC 8259 §6: integers beyond ±(2**53 - 1) are not interoperable, and the load estimate does
+# float arithmetic on `n` and `max_tokens`: a larger one is refused instead of overflowing
+MAX_JSON_INT = 2**53 - 1
 
 
 @dataclass(slots=True)
@@ -92,36 +111,134 @@ def completion_prompt_tokens(prompt: object, chars_per_token: float) -> tuple[fl
     return 0.0, 1
 
 
-def _int_or_none(v: object) -> int | None:
-    # bool is an int in Python; a JSON `true` is not a token count
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    return None
+def _int_field(obj: dict, name: str) -> int | None:
+    """An optional integer field: absent or null is None; anything but an integer is refused.
+
+    A float with an integral value (`5.0`) is the same JSON number as `5` and is accepted;
+    bool is an int in Python, but a JSON `true` is not a token count.
+    """
+    v = obj.get(name)
+    if v is None:
+        return None
+    if isinstance(v, float) and v.is_integer():  # is_integer() is False for inf and nan
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise BadRequest(f"'{name}' must be an integer, got {_json_type(v)}", name)
+    if not -MAX_JSON_INT <= v <= MAX_JSON_INT:
+        raise BadRequest(f"'{name}' must be between {-MAX_JSON_INT} and {MAX_JSON_INT}", name)
+    return v
+
+
+def _json_type(v: object) -> str:
+    """The JSON name of a parsed value's type, for error messages."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, float) and not math.isfinite(v):  # not for int: isfinite(10**400) overflows
+        return "a non-finite number"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "an array"
+    return "an object"
+
+
+def _check_messages(messages: object) -> None:
+    """`messages` is an array of message objects whose `content` is text, parts or null.
+
+    Absent or null counts as no prompt (like an absent `prompt`): that the field is required
+    is the replica's to say, the router can route it.
+    """
+    if messages is None:
+        return
+    if not isinstance(messages, list):
+        raise BadRequest(f"'messages' must be an array of message objects, got {_json_type(messages)}", "messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise BadRequest(f"'messages[{i}]' must be an object, got {_json_type(m)}", "messages")
+        content = m.get("content")
+        if content is None or isinstance(content, str):
+            continue
+        if not isinstance(content, list) or not all(isinstance(p, (dict, str)) for p in content):
+            raise BadRequest(f"'messages[{i}].content' must be a string, an array of content parts or null", "messages")
+
+
+def _check_prompt(prompt: object) -> None:
+    """`prompt` is absent/null (vLLM's prompt_embeds), text, token ids, or a batch of either.
+
+    Element types are compared with `set(map(type, ...))`: json.loads makes exact types (a
+    JSON `true` is `bool`, not `int`), and the scan runs at C speed on long token-id prompts.
+    """
+    if prompt is None or isinstance(prompt, str):
+        return
+    if isinstance(prompt, list):
+        kinds = set(map(type, prompt))
+        if kinds <= {str} or kinds <= {int}:  # an empty list too
+            return
+        if kinds == {list} and all(set(map(type, p)) <= {int} for p in prompt):
+            return
+    raise BadRequest(
+        "'prompt' must be a string, an array of strings, an array of token ids or an array of token-id arrays",
+        "prompt",
+    )
+
+
+def _load_object(body: bytes) -> dict:
+    """The body as a JSON object; `BadRequest` for anything else.
+
+    UTF-8 only (RFC 8259 §8.1; a leading BOM is tolerated as before); the recursion error a
+    deeply nested body raises in the JSON parser is the client's problem, not a crash.
+    """
+    try:
+        text = body.decode("utf-8")  # strict: no lone surrogates either
+    except UnicodeDecodeError as e:
+        raise BadRequest(f"request body is not UTF-8: {e}") from None
+    if text.startswith("\ufeff"):  # not the utf-8-sig codec: it is the slower one
+        text = text[1:]
+    try:
+        obj = json.loads(text)
+    except ValueError as e:  # JSONDecodeError, and int() refusing more than 4300 digits
+        raise BadRequest(f"request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest("request body is not usable JSON: nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise BadRequest(f"request body must be a JSON object, got {_json_type(obj)}")
+    return obj
 
 
 def parse_request(body: bytes, chat: bool, chars_per_token: float) -> RequestInfo:
-    """Read the routing fields of an OpenAI completions / chat body. Raises `BadRequest`."""
-    try:
-        obj = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BadRequest(f"request body is not valid JSON: {e}") from None
-    if not isinstance(obj, dict):
-        raise BadRequest("request body must be a JSON object")
+    """Read the routing fields of an OpenAI completions / chat body. Raises `BadRequest`.
+
+    Only the fields routing reads are checked (model, messages or prompt, max_tokens,
+    max_completion_tokens, n, stream); the rest is the replica's business.
+    """
+    obj = _load_object(body)
     model = obj.get("model")
     if model is not None and not isinstance(model, str):
-        raise BadRequest("'model' must be a string")
+        raise BadRequest(f"'model' must be a string, got {_json_type(model)}", "model")
+    stream = obj.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequest(f"'stream' must be a boolean, got {_json_type(stream)}", "stream")
+    n = _int_field(obj, "n")
     if chat:
-        prompt_tokens = chat_prompt_tokens(obj.get("messages"), chars_per_token)
+        messages = obj.get("messages")
+        _check_messages(messages)
+        prompt_tokens = chat_prompt_tokens(messages, chars_per_token)
         n_prompts = 1
-        max_tokens = _int_or_none(obj.get("max_completion_tokens"))
+        max_tokens = _int_field(obj, "max_completion_tokens")
+        max_tokens_field = _int_field(obj, "max_tokens")  # checked even when the other wins
         if max_tokens is None:
-            max_tokens = _int_or_none(obj.get("max_tokens"))
+            max_tokens = max_tokens_field
     else:
-        prompt_tokens, n_prompts = completion_prompt_tokens(obj.get("prompt"), chars_per_token)
-        max_tokens = _int_or_none(obj.get("max_tokens"))
-    n = _int_or_none(obj.get("n"))
+        prompt = obj.get("prompt")
+        _check_prompt(prompt)
+        prompt_tokens, n_prompts = completion_prompt_tokens(prompt, chars_per_token)
+        max_tokens = _int_field(obj, "max_tokens")
     n_seqs = n_prompts * (n if n is not None and n > 0 else 1)
-    return RequestInfo(model, prompt_tokens, max_tokens, n_seqs, obj.get("stream") is True)
+    return RequestInfo(model, prompt_tokens, max_tokens, n_seqs, stream is True)
 
 
 def class_matches(m: ClassMatch, prompt_tokens: float, max_tokens: int | None, headers: Mapping[str, str]) -> bool:

@@ -44,15 +44,22 @@ _FORWARD_HEADERS = ("X-Request-Id", "traceparent", "tracestate")
 _MAX_PENDING = 1 << 16
 # RuntimeError: uvloop raises it for an operation on a closed transport
 _UPSTREAM_ERRORS = (UpstreamError, OSError, asyncio.TimeoutError, RuntimeError)
+# the OpenAI error type of a request the router refuses to route (bad body, too large)
+INVALID_REQUEST = "invalid_request_error"
 
 
-def error_body(status: int, message: str, type_: str) -> bytes:
+def error_body(status: int, message: str, type_: str, param: str | None = None) -> bytes:
     """An OpenAI/vLLM-style error object."""
-    return json.dumps({"error": {"message": message, "type": type_, "param": None, "code": status}}).encode()
+    return json.dumps({"error": {"message": message, "type": type_, "param": param, "code": status}}).encode()
 
 
-def error_response(status: int, message: str, type_: str) -> web.Response:
-    return web.Response(status=status, body=error_body(status, message, type_), content_type="application/json")
+def error_response(status: int, message: str, type_: str, param: str | None = None) -> web.Response:
+    return web.Response(status=status, body=error_body(status, message, type_, param), content_type="application/json")
+
+
+def invalid_request(status: int, message: str, param: str | None = None) -> web.Response:
+    """A 4xx for input the router cannot use, typed as OpenAI types it (`invalid_request_error`)."""
+    return error_response(status, message, INVALID_REQUEST, param)
 
 
 def _sse_cut(buf: bytes) -> int:
@@ -104,13 +111,17 @@ class Proxy:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge as e:
             m.errors.inc(("too_large",))
-            return error_response(413, e.text or "request body too large", "BadRequestError")
+            return invalid_request(413, e.text or "request body too large")
+        except web.RequestPayloadError as e:
+            # a body aiohttp cannot decode: a Content-Encoding (gzip, deflate) that does not inflate
+            m.errors.inc(("bad_request",))
+            return self.unreadable_body(request, e)
         table = self.router.table  # snapshot for the whole request
         try:
             info = parse_request(body, chat, table.chars_per_token)
         except BadRequest as e:
             m.errors.inc(("bad_request",))
-            return error_response(400, str(e), "BadRequestError")
+            return invalid_request(400, str(e), e.param)
         name = info.model if info.model is not None else table.only_model
         model = table.models.get(name) if name is not None else None
         if model is None:
@@ -174,6 +185,20 @@ class Proxy:
                 resp = error_response(502, f"every attempt failed; last: {last_error}", "BadGatewayError")
         m.requests.inc((model.name, cls.name, str(resp.status)))
         m.latency.observe((model.name,), time.perf_counter() - t0)
+        return resp
+
+    @staticmethod
+    def unreadable_body(request: web.Request, e: Exception) -> web.Response:
+        """400 for a body that broke while being read, on a connection that then closes.
+
+        The rest of such a body cannot be read: marking it ended keeps aiohttp from draining
+        it after the response (which re-raises the error as an unhandled exception in the
+        server log), and `Connection: close` tells the client not to reuse the connection.
+        """
+        request.content.feed_eof()
+        reason = getattr(e.__cause__, "message", None) or str(e)
+        resp = invalid_request(400, f"request body is unreadable: {reason}")
+        resp.force_close()
         return resp
 
     async def forward(

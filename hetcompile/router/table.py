@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,15 +62,52 @@ class RouteTable:
 
 
 def load_table(path: Path) -> RoutingTable:
-    """Read and validate `routing.json`; errors become `RouterError` with the path."""
+    """Read and validate `routing.json`; errors become `RouterError` with the path.
+
+    Whatever the file holds (binary bytes, JSON nested past the parser's limit, numbers the
+    schema allows but the router's float arithmetic cannot carry), the answer is a
+    `RouterError`, so a reload answers 400 and the old table keeps serving.
+    """
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as e:
         raise RouterError(f"cannot read routing table {path}: {e.strerror or e}") from None
     try:
-        return RoutingTable.model_validate_json(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RouterError(f"invalid routing table {path}: not UTF-8 text ({e})") from None
+    try:
+        table = RoutingTable.model_validate_json(text)
     except ValidationError as e:
         raise RouterError(f"invalid routing table {path}:\n{e}") from None
+    bad = _unusable_number(table.model_dump(), "")
+    if bad is not None:
+        raise RouterError(f"invalid routing table {path}: {bad}")
+    return table
+
+
+# RFC 8259 §6's interoperable integer range; kv_capacity_tokens and friends are divided as
+# floats on the hot path, where 10**400 raises OverflowError and inf turns loads into NaN
+_MAX_INT = 2**53 - 1
+
+
+def _unusable_number(value: object, where: str) -> str | None:
+    """The first number in a dumped table that is not finite or beyond ±(2**53 - 1), described."""
+    if isinstance(value, dict):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    elif isinstance(value, float) and not math.isfinite(value):
+        return f"{where} must be a finite number, got {value}"
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > _MAX_INT:
+        return f"{where} must be at most {_MAX_INT} in magnitude"
+    else:
+        return None
+    for sub, v in items:
+        found = _unusable_number(v, sub)
+        if found is not None:
+            return found
+    return None
 
 
 def compile_table(

@@ -38,6 +38,7 @@ class Behavior:
     reset_on_request: bool = False  # abort the connection as soon as a completion arrives
     hang: bool = False  # never answer completions
     gate: asyncio.Queue | None = None  # streams: take one item before each chunk after the first
+    max_tokens_cap: int | None = None  # answer at most this many tokens (fuzzed bodies ask for 2**53)
 
 
 @dataclass
@@ -150,7 +151,12 @@ class FakeVllm:
                 await asyncio.sleep(3600)
             if b.delay:
                 await asyncio.sleep(b.delay)
-            n = req.get("max_tokens") or req.get("max_completion_tokens") or b.tokens
+            n = (req.get("max_completion_tokens") if chat else None) or req.get("max_tokens") or b.tokens
+            if not isinstance(n, (int, float)):
+                return self._error(400, "max_tokens: Input should be a valid integer", "BadRequestError")  # vLLM's pydantic
+            n = int(n)  # 5.0 as vLLM takes it
+            if b.max_tokens_cap is not None:
+                n = max(0, min(n, b.max_tokens_cap))
             self._ids += 1
             rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.name}-{self._ids}"
             if req.get("stream"):

@@ -47,14 +47,16 @@ def test_chat_prompt_tokens_sum_message_content():
 def test_max_tokens_fields():
     assert p({"model": "m", "max_tokens": 7}).max_tokens == 7
     assert p({"model": "m", "max_completion_tokens": 9, "max_tokens": 7}, chat=True).max_tokens == 9
-    assert p({"model": "m", "max_tokens": True}).max_tokens is None  # a bool is not a count
+    with pytest.raises(BadRequest, match="'max_tokens' must be an integer"):
+        p({"model": "m", "max_tokens": True})  # a bool is not a count
     assert p({"model": "m"}).max_tokens is None
 
 
 def test_stream_and_model():
     info = p({"model": "llama", "prompt": "hi", "stream": True})
     assert info.model == "llama" and info.stream
-    assert not p({"model": "llama", "stream": "yes"}).stream
+    with pytest.raises(BadRequest, match="'stream' must be a boolean"):
+        p({"model": "llama", "stream": "yes"})
     assert p({"prompt": "hi"}).model is None
 
 

@@ -128,7 +128,7 @@ async def test_limits_and_client_errors(tmp_path):
                 status, body, _ = await post(s, r.url + "/v1/completions", {"model": "tiny", "prompt": "x" * 5000})
                 assert status == 413 and body["error"]["code"] == 413
                 status, body, _ = await post(s, r.url + "/v1/completions", b"{not json")
-                assert status == 400 and body["error"]["type"] == "BadRequestError"
+                assert status == 400 and body["error"]["type"] == "invalid_request_error"
                 status, body, _ = await post(s, r.url + "/v1/completions", {"model": "gpt-9", "prompt": "x"})
                 assert status == 404 and "tiny" in body["error"]["message"]
                 # a single-model table routes a request that names no model
