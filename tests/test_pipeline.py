@@ -8,6 +8,7 @@ from conftest import ROOT
 from hetcompile.driver import compile_spec
 from hetcompile.ir.errors import PassError
 from hetcompile.passes import default_pipeline, get_all_passes
+from hetcompile.perf.capacity import chain_capacity
 from hetcompile.perf import analytic, catalog
 from hetcompile.schemas_gen import schemas
 
@@ -67,9 +68,10 @@ def test_more_memory_more_concurrency_and_decode_is_memory_bound():
     for g in (small, big):
         e = analytic.perf_entry("m", arch, 2, g, 1, 0.92, 4096)
         kv = analytic.stage_kv_tokens(e, arch.layers, True, True)
-        est.append(analytic.chain_estimate(arch, 2, [(g, 1, arch.layers, kv)], 0.0, 1e9, 500, 200, 256))
+        est.append(chain_capacity(analytic.replica_model(arch, 2, [(g, 1, arch.layers, kv)], 0.0, 1e9, 256), 500, 200))
     assert est[1].concurrency > est[0].concurrency
     assert est[1].requests_per_s > est[0].requests_per_s
     # decode of one sequence reads all weights: time >= weights / bandwidth
-    t = analytic.decode_step_time(arch, 2, small, 1, arch.layers, 1, 500)
+    rm = analytic.replica_model(arch, 2, [(small, 1, arch.layers, 1e6)], 0.0, 1e9, 256)
+    t = sum(rm.stage_times(1.0, 500.0, 500.0, 1.0))
     assert t >= arch.layers * 2 * analytic.layer_params(arch) / small.mem_bw

@@ -4,9 +4,10 @@ Every number is read or derived from plan.json (notation in rates.py); nothing i
 from catalogs, so explain reads a plan without the spec that made it.
 
 Bottleneck of a chain, from the per-workload `binding` the profile pass records
-(hetcompile/perf/analytic.py: decode = min(b / max_i t_i, C / (sum_i t_i + hops))):
+(perf/capacity.py: tau = max(max_i t_i, (sum_i t_i + hops) / d)):
 
-    bottleneck-stage  the slowest stage paces decode -> the stage with the largest l_i
+    bottleneck-stage  the slowest stage paces decode -> the stage with the largest step time t_i of
+                      the replica's step model (rates.stage_times; layers / tp without one)
     depth             the round trip binds: C/d sequences per micro-batch cannot hide d stages plus
                       d - 1 hops; with balanced stages only the hops make it so -> the links
     max-num-seqs      C hit the engine's --max-num-seqs before the KV cache ran out
@@ -35,21 +36,26 @@ def _hops(replica: dict) -> tuple[str, ...]:
     return tuple(f"{a.get('region')}->{b.get('region')}" for a, b in zip(st, st[1:]))
 
 
-def _heaviest(replica: dict) -> int:
-    work = [rates.stage_work(s) for s in replica.get("stages", [])]
+def _balanced(work: list[float]) -> bool:
+    return len(work) > 1 and max(work) - min(work) <= 1e-9 * max(work)
+
+
+def _heaviest(work: list[float]) -> int:
     return max(range(len(work)), key=lambda i: (work[i], -i)) if work else 0
 
 
-def bottleneck(replica: dict, binding: str | None) -> Bottleneck:
-    """What bounds `replica` for a workload whose profile says `binding` (module docstring)."""
+def bottleneck(replica: dict, binding: str | None, work: list[float] | None = None) -> Bottleneck:
+    """What bounds `replica` for a workload whose profile says `binding` (module docstring); `work`:
+    the stages' step times (rates.stage_times)."""
     st = replica.get("stages", [])
     b = binding or "unknown"
+    work = work if work is not None else [rates.stage_work(s) for s in st]
     if b == "bottleneck-stage" or b.startswith("stage:"):
-        i = _heaviest(replica)
+        i = _heaviest(work)
         s = st[i] if st else {}
         lay = s.get("layers", [0, 0])
         text = f"stage {i} ({s.get('gpu')} tp{s.get('tp')} in {s.get('region')}, layers {lay[0]}-{lay[1]}) paces decode"
-        if len(st) > 1 and len({rates.stage_work(x) for x in st}) == 1:
+        if _balanced(work):
             text += "; the stages are balanced, so every stage is as slow"
         return Bottleneck(kind="stage", stage=i, text=text)
     if b in ("depth", "latency"):
@@ -98,6 +104,7 @@ def replica_view(plan: dict, r: dict) -> ReplicaView:
     nodes = rates.node_index(plan)
     u = rates.utilisation(plan, r)
     x = rates.routed(plan, r)
+    work = rates.stage_times(plan, r)  # t_i from the step model: the bottleneck is the slowest stage
     loads = []
     for w in sorted(set(x) | set(r.get("workloads") or {})):
         e = (r.get("workloads") or {}).get(w) or {}
@@ -106,14 +113,13 @@ def replica_view(plan: dict, r: dict) -> ReplicaView:
         loads.append(ReplicaLoad(
             workload=w, weight=rates.weight(plan, w, r["id"]), routed_requests_per_s=xw, capacity_requests_per_s=h,
             time_share=(xw / h if h else (1.0 if xw > rates.EPS else 0.0)), concurrency=e.get("concurrency"),
-            concurrency_limit=_limit(e.get("binding")), bottleneck=bottleneck(r, e.get("binding")),
+            concurrency_limit=_limit(e.get("binding")), bottleneck=bottleneck(r, e.get("binding"), work),
             ttft_s=e.get("ttft_s"), tpot_s=e.get("tpot_s"),
         ))
     main = max(loads, key=lambda ld: ld.time_share, default=None)  # ties: the first by name
-    work = [rates.stage_work(s) for s in r.get("stages", [])]
     top = max(work, default=0.0)
-    heavy = _heaviest(r)
-    balanced = len(set(work)) == 1 and len(work) > 1  # no stage is heavier: none is marked
+    heavy = _heaviest(work)
+    balanced = _balanced(work)  # no stage is heavier: none is marked
     stages = tuple(
         StageView(
             index=i, node=s.get("node", "?"), offer=nodes.get(s.get("node"), {}).get("offer"), gpu=s.get("gpu", "?"),
@@ -128,7 +134,7 @@ def replica_view(plan: dict, r: dict) -> ReplicaView:
         id=r["id"], model=r["model"], shape=r.get("shape"), gpu="+".join(dict.fromkeys(s.gpu for s in stages)),
         regions=regions, tp=r.get("tp"), pp=len(stages), gpus=rates.replica_gpus(r), price_per_hour=rates.replica_price(plan, r),
         kv_capacity_tokens=r.get("kv_capacity_tokens"), estimate_source=str(r.get("estimate_source", "unknown")),
-        utilisation=u, bottleneck=main.bottleneck if main else bottleneck(r, None), stages=stages, workloads=tuple(loads),
+        utilisation=u, bottleneck=main.bottleneck if main else bottleneck(r, None, work), stages=stages, workloads=tuple(loads),
         placement=chain_placement(plan, r),
     )
 

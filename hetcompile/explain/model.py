@@ -44,7 +44,7 @@ class StageView(_Frozen):
     region: Annotated[str, Field(description="region")]
     tp: Annotated[int, Field(description="tensor-parallel degree")]
     layers: Annotated[tuple[int, int], Field(description="decoder layers [start, end)")]
-    work_share: Annotated[float, Field(description="l_i / max_j l_j with l = layers / tp (1: the heaviest stage)")]
+    work_share: Annotated[float, Field(description="t_i / max_j t_j: the stage step times of the replica's step model (layers / tp without one; 1: the heaviest stage)")]
     utilisation: Annotated[float, Field(description="replica utilisation x work_share")]
     bottleneck: Annotated[bool, Field(description="the heaviest stage of the chain (none when all stages weigh the same)")]
 

@@ -79,9 +79,26 @@ def plan_capacity(plan: dict, replicas: Iterable[dict] | None = None) -> dict[st
 
 
 def stage_work(stage: dict) -> float:
-    """l_i = layers / tp."""
+    """l_i = layers / tp (the stand-in when a replica carries no step model)."""
     s, e = stage.get("layers", [0, 0])
     return (e - s) / max(int(stage.get("tp") or 1), 1)
+
+
+def stage_times(plan: dict, replica: dict) -> list[float]:
+    """t_i: seconds of one micro-batch step on each stage, from the replica's step model (the one the
+    capacity formula and the simulator use), at its mean workload (the plan's workloads of its model,
+    weighted by demand) in the formula's fast mode; layers / tp when the plan carries no step model."""
+    from hetcompile.perf.capacity import fluid_capacity
+    from hetcompile.perf.stepmodel import ReplicaModel
+
+    sm = replica.get("step_model")
+    ws = [w for w in plan.get("workloads", []) if w.get("model") == replica.get("model")]
+    total = sum(float(w.get("demand") or 0.0) for w in ws)
+    if not sm or not ws or total <= 0:
+        return [stage_work(s) for s in replica.get("stages", [])]
+    i = sum(float(w["demand"]) * float(w["input_tokens"]) for w in ws) / total
+    o = sum(float(w["demand"]) * float(w["output_tokens"]) for w in ws) / total
+    return list(fluid_capacity(ReplicaModel.model_validate(sm), i, o).stage_times)
 
 
 def mean_latency(plan: dict, w: str, key: str) -> float | None:

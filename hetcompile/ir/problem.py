@@ -268,8 +268,9 @@ class ChainSummary(Frozen):
     concurrency: float = Field(description="C: requests in flight (KV minimum over stages, max-num-seqs)")
     concurrency_limit: str = Field(description="'kv:<stage unit>' or 'max-num-seqs'")
     micro_batch: float = Field(description="b = C / depth")
-    capacity_tokens_per_s: float = Field(description="prompt + decode tokens/s")
-    binding: str = Field(description="'stage:<unit>' (slowest stage) or 'latency' (round trip incl. hops)")
+    capacity_tokens_per_s: float = Field(description="prompt + decode tokens/s at the model's mean workload: perf/capacity.py's full mode, what the plan reports")
+    search_capacity_tokens_per_s: float = Field(default=0.0, description="the same by the formula's fast (fluid) mode, what placement's search ranked it by")
+    binding: str = Field(description="'stage:<unit>' (slowest stage) or 'latency' (round trip incl. hops), in the fast mode")
     helix_flow: float = Field(description="Helix semantics: min of T(k) over stages and link capacity over hops")
     split_nodes: tuple[str, ...] = ()
 
@@ -284,7 +285,8 @@ class ModelPlacement(Frozen):
     pool_gpus: int
     status: str
     helix_flow: float = Field(description="Helix-semantics flow of the placed chains, tokens/s")
-    depth_aware_capacity: float = Field(description="depth-aware capacity of the placed chains, tokens/s")
+    depth_aware_capacity: float = Field(description="the search's objective: the placed chains' capacity by the formula's fast mode, tokens/s (bound and gap refer to it)")
+    capacity: float = Field(default=0.0, description="the placed chains' capacity by the full mode (what the plan reports), tokens/s")
     bound: float | None = None
     gap: float | None = None
     incumbent_source: str = ""
@@ -292,7 +294,8 @@ class ModelPlacement(Frozen):
     shared_depth_aware_capacity: float | None = None
     shared_bound: float | None = None
     shared_gap: float | None = None
-    compose_depth_aware_capacity: float = Field(description="compose's single-type replicas, same model")
+    compose_depth_aware_capacity: float = Field(description="compose's single-type replicas, same model, fast mode")
+    compose_capacity: float = Field(default=0.0, description="compose's single-type replicas, same model, full mode")
     scale_placement: float = Field(description="theta with the placed chains")
     scale_compose: float = Field(description="theta with compose's replicas, evaluated by the same model")
     chains: tuple[ChainSummary, ...] = ()

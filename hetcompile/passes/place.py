@@ -15,8 +15,9 @@ mode makes deployable replicas (one TP per chain, KV = the minimum over stages, 
 may be cut into TP slices); with `compare_shared`, `shared` mode (Helix's per-request pipelines,
 never deployed) is solved too so plan.md can say what the engine constraint costs. The placed
 chains replace compose's replicas only if they serve a larger multiple theta of the demand mix
-(passes/rates.py) when both are evaluated by the same depth-aware model; rented nodes no chain
-uses are dropped. Every placement's flow is re-checked with networkx (`PlacementResult.verify`).
+(passes/rates.py) when both are evaluated by the same model: perf/capacity.py's full mode on each
+replica's step model (the search itself ranks chains by the formula's fast mode); rented nodes no
+chain uses are dropped. Every placement's flow is re-checked with networkx (`PlacementResult.verify`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from hetcompile.ir.problem import (
     Stage,
 )
 from hetcompile.passes.base import Pass, PassContext
-from hetcompile.passes.place_problem import chain_estimate, placement_problem
+from hetcompile.passes.place_problem import chain_estimate, chain_tokens_per_s, placement_problem
 from hetcompile.passes.rates import max_scale
 from hetcompile.passes.solve import SolverOptions
 from hetcompile.placement.evaluate import chain_eval
@@ -231,9 +232,10 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
             solves_left[0] -= 2 if cfg.compare_shared else 1
         demand = {w.name: w.demand for w in ws}
         units_c = compose_units(pp, mine)
-        ests_c = {rid: chain_estimate(pp, u, ws) for rid, u in units_c.items()}
+        ests_c = {rid: chain_estimate(ir, pp, u) for rid, u in units_c.items()}
         theta_c, _ = max_scale({k: dict(e.throughput_rps) for k, e in ests_c.items()}, demand, opts, name="place-rates")
         da_c = sum(chain_eval(pp, u).capacity for u in units_c.values())
+        full_c = sum(chain_tokens_per_s(pp, u) for u in units_c.values())
         chains = list(res.chains) if res is not None else []
         if ir.previous is None:
             rid_of = {c.id: f"r{len(out) + i}" for i, c in enumerate(chains)}
@@ -245,7 +247,8 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
                 same = running.get((m.name, tuple(slice_id(u.unit) for u in c.stages)))
                 rid_of[c.id] = same if same is not None and same not in in_use else fresh_rid(in_use)
                 in_use.add(rid_of[c.id])
-        ests_p = {rid_of[c.id]: chain_estimate(pp, c.stages, ws) for c in chains}
+        ests_p = {rid_of[c.id]: chain_estimate(ir, pp, c.stages) for c in chains}
+        full_p = {c.id: chain_tokens_per_s(pp, c.stages) for c in chains}
         theta_p, x_p = max_scale({k: dict(e.throughput_rps) for k, e in ests_p.items()}, demand, opts, name="place-rates")
         kept = "placement" if theta_p > theta_c * (1 + 1e-6) else "compose"
         pool_by_id = {n.id: n for n in pool}
@@ -285,6 +288,7 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
             model=m.name, objective=cfg.objective, kept=kept, pool_nodes=len(pool), pool_gpus=sum(n.gpus for n in pool),
             status="optimal" if res.gap is not None and res.gap <= ir.solver.mip_gap else "feasible",
             helix_flow=res.helix_flow, depth_aware_capacity=res.depth_aware_capacity, bound=res.bound, gap=res.gap,
+            capacity=sum(full_p.values()), compose_capacity=full_c,
             incumbent_source=res.incumbent_source,
             shared_helix_flow=shared.helix_flow if shared else None,
             shared_depth_aware_capacity=shared.depth_aware_capacity if shared else None,
@@ -293,14 +297,16 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
             chains=tuple(
                 ChainSummary(replica=rid_of[c.id] if kept == "placement" else c.id, depth=c.depth, tp=c.tp,
                              concurrency=c.concurrency, concurrency_limit=_unit_ref(c.concurrency_limit),
-                             micro_batch=c.micro_batch, capacity_tokens_per_s=c.capacity, binding=_unit_ref(c.binding),
+                             micro_batch=c.micro_batch, capacity_tokens_per_s=full_p[c.id],
+                             search_capacity_tokens_per_s=c.capacity, binding=_unit_ref(c.binding),
                              helix_flow=c.helix_flow, split_nodes=c.split_nodes)
                 for c in chains
             ),
         ))
         notes.append(
-            f"{m.name}: {len(chains)} chains over {len(pool)} pool nodes, depth-aware {res.depth_aware_capacity:.1f} tokens/s "
-            f"(compose's replicas: {da_c:.1f}), theta {theta_p:.4g} vs {theta_c:.4g}: kept {kept}'s replicas"
+            f"{m.name}: {len(chains)} chains over {len(pool)} pool nodes, {sum(full_p.values()):.1f} tokens/s "
+            f"(search objective, fast mode: {res.depth_aware_capacity:.1f}; compose's replicas: {full_c:.1f}, fast "
+            f"{da_c:.1f}), theta {theta_p:.4g} vs {theta_c:.4g}: kept {kept}'s replicas"
         )
         objective, bound, gap = res.value, res.bound, res.gap
         if res.gap is None or res.gap > ir.solver.mip_gap:

@@ -3,17 +3,19 @@ chains back to per-workload replica estimates. Pure functions, no solver.
 
 Stage profiles (seed 000 §4.3's node capacity T(k), plus what the depth-aware model needs) come
 from the spec's `placement.layer_profiles` when one matches (model, GPU, TP), else from the
-analytic model (perf/analytic.py) sampled into tables, for the model's demand-weighted mean
-workload I in, O out, context s = I + O/2:
+analytic model (perf/analytic.py), for the model's demand-weighted mean workload I in, O out,
+context s = I + O/2:
 
     U, W_L, kappa, E     usable bytes, layer bytes, K+V bytes per token-layer, embed + head bytes
     KV(k)   = (U - k W_L - E) / kappa          token-layer entries; E is charged to every stage
                                                  (any stage may be first or last), so it is safe
     K       = max k with KV(k) / k >= max_model_len     (vLLM refuses to start otherwise)
-    dec(b)  = t_dec(1 layer, b sequences, s)   at b = 1, 2, 4, ..., 1024
-    pre(p)  = t_pre(1 layer, p tokens)         at p = 128, ..., 16384
+    cost    = the analytic per-layer roofline (perf/stepmodel.LayerCost); measured tables get one
+              fitted to them (placement/chain_model.py)
     b_k     = min(max_num_seqs, KV(k) / (k s)) Helix's typical batch, sized from the node's KV
-    T(k)    = (1 + I/O) b_k / (k (dec(b_k) + b_k (I/O) pre(2048) / 2048))
+    T(k)    = (1 + I/O) X of one stage of k layers at b_k (perf/capacity.fluid_rate: the fast mode)
+
+A chain's estimate is perf/capacity.py's full mode on its ReplicaModel (`chain_estimate`).
 
 Links: region pairs from the IR; a token crossing a coordinator link is 2 bytes and a
 stage-to-stage activation is hidden x dtype bytes (Helix's sizes). The coordinator is the
@@ -22,16 +24,16 @@ router's region (`placement.coordinator`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 from hetcompile.ir.problem import LayerProfile, Node, Problem, ShapeEstimate, Workload
+from hetcompile.passes.profile import workload_estimates
 from hetcompile.perf import analytic
-from hetcompile.placement.evaluate import chain_eval, hop_time, unit_profile
+from hetcompile.perf.capacity import chain_capacity, fluid_batch, fluid_rate
+from hetcompile.placement.chain_model import chain_model
+from hetcompile.placement.evaluate import unit_profile
 from hetcompile.placement.problem import Link, ModelSpec, NodeGroup, PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
-from hetcompile.placement.tables import interp
 
 TOKEN_BYTES = 2.0  # Helix: a token id on a coordinator link
 DECODE_BATCHES = tuple(2**i for i in range(11))  # 1 .. 1024 sequences
@@ -52,11 +54,14 @@ def model_spec(ir: Problem, model: str, ws: Sequence[Workload]) -> ModelSpec:
         input_tokens=i, output_tokens=o, kv_bytes_per_token_layer=2.0 * m.arch.kv_heads * m.arch.head_dim * m.dtype_bytes,
         max_concurrency=ir.engine.max_num_seqs, prefill_chunk_tokens=analytic.PREFILL_CHUNK,
         step_overhead_s=analytic.STEP_OVERHEAD_S, seq_overhead_s=analytic.SEQ_OVERHEAD_S,
+        request_overhead_s=analytic.REQUEST_OVERHEAD_S,
     )
 
 
 def analytic_profile(ir: Problem, spec: ModelSpec, gpu: str, tp: int) -> StageProfile | None:
-    """The analytic model's tables for one stage of `tp` GPUs (None: not one layer fits)."""
+    """The analytic model's stage of `tp` GPUs (None: not one layer fits): its KV table, its exact
+    per-layer roofline, and Helix's node capacity T(k) from the one formula's fast mode on a stage
+    of k layers alone (the flow objective and bounds read T)."""
     m, g = ir.model(spec.name), ir.gpu(gpu)
     e = analytic.perf_entry(m.name, m.arch, m.dtype_bytes, g, tp, ir.engine.gpu_memory_utilization, m.max_model_len)
     extras = e.embed_bytes + e.head_bytes
@@ -68,16 +73,16 @@ def analytic_profile(ir: Problem, spec: ModelSpec, gpu: str, tp: int) -> StagePr
         kv.append(entries)
     if not kv:
         return None
+    cost = analytic.layer_cost(m.arch, m.dtype_bytes, g, tp)
     s, ratio = spec.context_tokens, spec.input_tokens / spec.output_tokens
-    dec = tuple((float(b), analytic.decode_step_time(m.arch, m.dtype_bytes, g, tp, 1, b, s)) for b in DECODE_BATCHES)
-    pre = tuple((float(p), analytic.prefill_time(m.arch, m.dtype_bytes, g, tp, 1, p)) for p in PREFILL_TOKENS)
-    per_tok = interp(pre, analytic.PREFILL_CHUNK) / analytic.PREFILL_CHUNK
     T = []
     for k, entries in enumerate(kv, start=1):
         b = min(float(ir.engine.max_num_seqs), entries / (k * s))
-        T.append((1.0 + ratio) * b / (k * (interp(dec, b) + b * ratio * per_tok)))
-    return StageProfile(tp=tp, max_layers=len(kv), throughput=tuple(T), kv_token_layers=tuple(kv), decode_time=dec,
-                        prefill_time=pre, source="analytic")
+        n, S, A, seqs = fluid_batch(b, spec.input_tokens, spec.output_tokens)
+        X, _ = fluid_rate((k * cost.time(n, S, A) + spec.step_host_s(seqs),), 0.0, b)
+        T.append((1.0 + ratio) * X)
+    return StageProfile(tp=tp, max_layers=len(kv), throughput=tuple(T), kv_token_layers=tuple(kv), decode_time=(),
+                        prefill_time=(), source="analytic", cost=cost, head_s=analytic.head_time(m.arch, m.dtype_bytes, g, tp))
 
 
 def measured_profile(lp: LayerProfile) -> StageProfile:
@@ -114,33 +119,20 @@ def placement_problem(ir: Problem, model: str, pool: Sequence[Node]) -> Placemen
     return PlacementProblem(f"{ir.name}/{model}", spec, tuple(groups), links, ir.placement.coordinator)
 
 
-def chain_estimate(p: PlacementProblem, stages: Sequence[StageUnit], ws: Sequence[Workload]) -> ShapeEstimate:
-    """Per-workload capacity of one placed chain, by the depth-aware model (evaluate.py).
-
-    h_w = capacity_w / (I_w + O_w) requests/s (capacity counts prompt + decode tokens);
-    TTFT_w = sum_i k_i pre_i(I_w) + hops; TPOT_w = C_w / X_w (X_w decode tokens/s).
-    """
-    tput, conc, bind, ttft, tpot = [], [], [], [], []
-    kv_tokens = min(unit_profile(p, u).kv_token_layers[u.layers - 1] / u.layers for u in stages)
-    decode = math.inf
-    for w in sorted(ws, key=lambda w: w.name):
-        pw = replace(p, model=replace(p.model, input_tokens=w.input_tokens, output_tokens=w.output_tokens))
-        ev = chain_eval(pw, stages)
-        x = ev.capacity / (1.0 + w.input_tokens / w.output_tokens)  # decode tokens/s
-        tput.append((w.name, ev.capacity / (w.input_tokens + w.output_tokens)))
-        conc.append((w.name, ev.concurrency))
-        kind = "max-num-seqs" if ev.concurrency_limit == "max-num-seqs" else (
-            "depth" if ev.binding == "latency" else "bottleneck-stage")
-        bind.append((w.name, kind))
-        hops = sum(hop_time(pw, a.unit, b.unit, 1.0) for a, b in zip(stages, stages[1:]))
-        ttft.append((w.name, sum(u.layers * interp(unit_profile(p, u).prefill_time, w.input_tokens) for u in stages) + hops))
-        tpot.append((w.name, ev.concurrency / x))
-        decode = min(decode, x)
-    chunk = float(p.model.prefill_chunk_tokens)
-    prefill = chunk / max(u.layers * interp(unit_profile(p, u).prefill_time, chunk) for u in stages)
+def chain_estimate(ir: Problem, p: PlacementProblem, stages: Sequence[StageUnit]) -> ShapeEstimate:
+    """Per-workload capacity of one placed chain: perf/capacity.py's full mode (with the workloads'
+    SLOs, profile.workload_estimates) on the chain's ReplicaModel, the model placement ranked it with
+    in the fast mode and the one plan.json carries and the simulator replays."""
+    rm = chain_model(p, stages)
     sources = {unit_profile(p, u).source for u in stages}
-    return ShapeEstimate(
-        kv_capacity_tokens=int(kv_tokens), prefill_tokens_per_s=prefill, decode_tokens_per_s=decode,
-        throughput_rps=tuple(tput), concurrency=tuple(conc), binding=tuple(bind), ttft_s=tuple(ttft), tpot_s=tuple(tpot),
-        source="analytic" if sources == {"analytic"} else "measured",
-    )
+    return ShapeEstimate(kv_capacity_tokens=int(rm.kv_capacity_tokens),
+                         source="analytic" if sources == {"analytic"} else "measured",
+                         **workload_estimates(ir, p.model.name, rm))
+
+
+def chain_tokens_per_s(p: PlacementProblem, stages: Sequence[StageUnit]) -> float:
+    """Prompt + decode tokens/s of a chain at the model's mean workload, by the full mode: the
+    number placement's fast-mode value (evaluate.chain_eval) is reported beside."""
+    m = p.model
+    e = chain_capacity(chain_model(p, stages), m.input_tokens, m.output_tokens)
+    return e.requests_per_s * (m.input_tokens + m.output_tokens)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 
 from hetcompile.ir.problem import GpuType, ModelArch, PerfEntry
-from hetcompile.perf.capacity import ChainEstimate, chain_capacity
 from hetcompile.perf.stepmodel import Hop, LayerCost, ReplicaModel, StageModel
 
 ETA_COMPUTE = 0.5  # default achievable fraction of tensor FLOP/s in prefill-heavy batches
@@ -157,16 +156,6 @@ def head_time(arch: ModelArch, b: int, gpu: GpuType, tp: int) -> float:
     return b * arch.vocab * arch.hidden / (tp * gpu.mem_bw * efficiencies(gpu)[1])
 
 
-def decode_step_time(arch: ModelArch, b: int, gpu: GpuType, tp: int, layers: int, batch: float, ctx: float) -> float:
-    """One decode step of `batch` sequences of context `ctx` through `layers` layers."""
-    return layers * layer_cost(arch, b, gpu, tp).time(batch, batch * ctx, batch * ctx)
-
-
-def prefill_time(arch: ModelArch, b: int, gpu: GpuType, tp: int, layers: int, tokens: float) -> float:
-    """One prompt of `tokens` tokens (causal attention) through `layers` layers, in one step."""
-    return layers * layer_cost(arch, b, gpu, tp).time(tokens, 0.0, tokens * tokens / 2.0)
-
-
 def replica_model(
     arch: ModelArch,
     b: int,
@@ -187,18 +176,3 @@ def replica_model(
         seq_overhead_s=0.0 if ideal else SEQ_OVERHEAD_S,
         chunk_tokens=PREFILL_CHUNK, request_overhead_s=0.0 if ideal else REQUEST_OVERHEAD_S, source="analytic",
     )
-
-
-def chain_estimate(
-    arch: ModelArch,
-    b: int,
-    stages: list[tuple[GpuType, int, int, float]],  # (gpu, tp, layers, kv_tokens)
-    hop_latency_s: float,
-    hop_bandwidth: float,
-    input_tokens: float,
-    output_tokens: float,
-    max_num_seqs: int,
-) -> ChainEstimate:
-    """Capacity of a chain for one workload (perf/capacity.py over `replica_model`)."""
-    rm = replica_model(arch, b, stages, hop_latency_s, hop_bandwidth, max_num_seqs)
-    return chain_capacity(rm, input_tokens, output_tokens)

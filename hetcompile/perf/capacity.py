@@ -85,6 +85,60 @@ class StepMix:
     lump_cap: float = 0.0  # prompt tokens a step has room for (B = chunk_tokens - b)
 
 
+# --- fast (fluid) mode: placement's search ------------------------------------------------------
+# The same step model and the same tau = max(slowest stage, round trip / d), with every micro-batch
+# step carrying its even share of prompt tokens (b decode tokens and b I / O prompt tokens) instead
+# of the lumps and waits of the full mode: cheap enough for tens of thousands of chain evaluations,
+# and ranking chains the way the full mode does. Every number a plan reports comes from the full
+# mode (chain_capacity); placement only searches with this one.
+
+
+def fluid_batch(b: float, input_tokens: float, output_tokens: float) -> tuple[float, float, float, float]:
+    """(tokens n, context tokens read S, attention pairs A, sequences m) of one fluid micro-batch
+    step of b sequences: b decode tokens over contexts s = I + O/2, and b I / O prompt tokens that
+    attend causally over their prompt."""
+    s = input_tokens + output_tokens / 2.0
+    p = b * input_tokens / output_tokens
+    return b + p, b * s, b * s + p * input_tokens / 2.0, b + p / max(input_tokens, 1.0)
+
+
+def fluid_rate(times: list[float] | tuple[float, ...], hops_s: float, C: float) -> tuple[float, bool]:
+    """(X decode tokens/s, True if the slowest stage binds) of a chain whose micro-batch steps take
+    `times` per stage and `hops_s` over its hops, with C sequences in flight: b = C / d per step,
+    tau = max(max_i t_i, (sum_i t_i + H) / d), X = b / tau (the module docstring's tau without waits)."""
+    d = len(times)
+    stage, depth = max(times), (sum(times) + hops_s) / d
+    tau = max(stage, depth)
+    return (C / d / tau if tau > 0 else 0.0), stage >= depth
+
+
+@dataclass(frozen=True)
+class FluidEstimate:
+    """A chain's fast-mode capacity for one workload (placement's objective)."""
+
+    decode_tokens_per_s: float  # X
+    concurrency: float  # C
+    micro_batch: float  # b = C / d
+    stage_times: tuple[float, ...]  # t_i of one micro-batch step
+    hops_s: float
+    stage_bound: bool
+
+
+def fluid_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float,
+                   max_concurrency: float | None = None) -> FluidEstimate:
+    """Fast mode of chain_capacity (the block comment above)."""
+    C = concurrency(rm, input_tokens, output_tokens)
+    if max_concurrency is not None:
+        C = max(min(C, max_concurrency), 1e-9)
+    b = C / rm.depth
+    n, S, A, m = fluid_batch(b, input_tokens, output_tokens)
+    times = tuple(rm.stage_times(n, S, A, m))
+    hops = rm.hop_time(n)
+    X, stage_bound = fluid_rate(times, hops, C)
+    return FluidEstimate(decode_tokens_per_s=X, concurrency=C, micro_batch=b, stage_times=times, hops_s=hops,
+                         stage_bound=stage_bound)
+
+
 def concurrency(rm: ReplicaModel, input_tokens: float, output_tokens: float) -> float:
     s = input_tokens + output_tokens / 2.0
     return max(min(float(rm.max_num_seqs), rm.kv_capacity_tokens / s), 1e-9)

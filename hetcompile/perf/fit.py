@@ -118,3 +118,36 @@ def fit_step_model(observations: list[Observation]) -> Fit:
         step_s=float(x[0]), per_token_s=float(x[1]), per_kv_token_s=float(x[2]), request_s=float(x[3]),
         rows=len(observations), rel_rmse=float(np.sqrt(np.mean(rel**2))),
     )
+
+
+def roofline_from_tables(decode_time: tuple[tuple[float, float], ...], prefill_time: tuple[tuple[float, float], ...],
+                         context_tokens: float):
+    """A per-layer roofline (perf/stepmodel.LayerCost) for a measured layer profile's tables, so that a
+    stage measured as tables (Helix's decode / prompt time per layer) runs on the one step model.
+
+    Decode points (b sequences at the mean context s, seconds per layer) fit t = w + k b s: w reads
+    the weights, k the KV per context token. Prompt points (p tokens) fit t = f p + a p^2 / 2: dense
+    compute per token and causal attention per pair. Both by NNLS weighted 1/t (relative error),
+    on the points with b, p > 0. The roofline's max(compute, memory) then prices mixed steps."""
+    from hetcompile.perf.stepmodel import LayerCost
+
+    dec = [(b, t) for b, t in decode_time if b > 0 and t > 0]
+    pre = [(p, t) for p, t in prefill_time if p > 0 and t > 0]
+    w = k = f = a = 0.0
+    if dec:
+        A = np.array([[1.0, b * context_tokens] for b, _ in dec])
+        y = np.array([t for _, t in dec])
+        w, k = (float(v) for v in _nnls_rel(A, y))
+    if pre:
+        A = np.array([[p, p * p / 2.0] for p, _ in pre])
+        y = np.array([t for _, t in pre])
+        f, a = (float(v) for v in _nnls_rel(A, y))
+    return LayerCost(weights_s=w, kv_s_per_token=k, flop_s_per_token=f, attn_s_per_pair=a)
+
+
+def _nnls_rel(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """NNLS in relative error, on unit-norm columns (as fit_step_model)."""
+    Aw = A / y[:, None]
+    scale = np.linalg.norm(Aw, axis=0)
+    scale[scale == 0] = 1.0
+    return nnls(Aw / scale, np.ones(len(y))) / scale

@@ -7,27 +7,20 @@ end_v), capacity bandwidth / activation bytes. The max flow is the serving throu
 prompt + decode tokens/s. In chains mode only the chain's own consecutive edges exist.
 
 Depth-aware capacity (the default objective; refines Helix's per-node T(k), which assumes every
-node owns a KV-limited batch). For a chain of d stages, stage i holding k_i layers:
-
-    s      = mean context (input + output / 2 unless given)
-    C_i    = min(max_num_seqs, KV_i(k_i) / (k_i * s))          requests stage i can keep in flight
-    C      = min_i C_i                                          vLLM keeps the minimum over workers
-    b      = C / d                                              micro-batch: d in flight keep d stages busy
-    t_i(b) = k_i * (t_dec_i(b) + b * (I/O) * t_pre_i(chunk) / chunk) + overhead / d
-             one engine step: b decode tokens plus the chunked-prefill share of I/O prompt tokens
-             per decode token (prefill priced per token at a full chunk, so weights load once)
-    H      = sum of hop times i -> i+1 (latency + b (1 + I/O) activation bytes / bandwidth)
-             plus the wrap hop last -> first that returns sampled tokens to the driver
-    X      = min(b / max_i t_i(b), C / (sum_i t_i(b) + H))      decode steps / s (stage vs latency)
-    cap    = X * (1 + I/O)                                      prompt + decode tokens/s, Helix's unit
+node owns a KV-limited batch) is perf/capacity.py's formula in its fast (fluid) mode, on the chain's
+ReplicaModel (chain_model.py): C = min(max_num_seqs, KV_min / s), b = C / d, every micro-batch step
+carries b decode tokens and b I / O prompt tokens, tau = max(max_i t_i, (sum_i t_i + H) / d),
+X = b / tau decode tokens/s; `capacity` = X (1 + I/O), prompt + decode tokens/s (Helix's unit). The
+plan reports the full mode of the same formula on the same model (place_problem.chain_estimate).
 
 For shared (per-request) pipelines a max flow is decomposed into paths p with flows f_p; each path
 gets the share f_p / f_u of every unit's KV (C_p = min_u share * C_u), nodes batch the
-micro-batches of all their paths together (B_u = sum_p C_p / d_p), and
+micro-batches of all their paths together (B_u = sum_p C_p / d_p; t_u(B) the fluid step time of the
+unit's StageModel), and
     max sum_p X_p  s.t.  sum_{p through u} X_p t_u(B_u) / B_u <= 1  (unit u busy at most 100%)
                          X_p <= C_p / (sum_{u in p} t_u(B_u) + H_p)   (round trip of path p)
-which reduces exactly to the chain formula for a single path (Helix's wrap hop goes through
-the coordinator: sink link + source link). A placement has many maximum flows and they decompose
+which is the chain formula for a single path plus Helix's wrap hop through the coordinator (sink
+link + source link). A placement has many maximum flows and they decompose
 differently, so `shared_depth_aware` takes the best of the flows four max-flow algorithms return
 (the comparison gives the shared baselines the benefit of the doubt).
 """
@@ -41,10 +34,12 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
+from hetcompile.perf.capacity import fluid_batch, fluid_capacity
+from hetcompile.placement.chain_model import chain_model, stage_model
 from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
 from hetcompile.placement.solver import small_lp
-from hetcompile.placement.tables import host, interp, node_pair_cap
+from hetcompile.placement.tables import host, node_pair_cap
 
 # -- Helix semantics --------------------------------------------------------------------------
 
@@ -158,7 +153,7 @@ def decompose_paths(flow: dict, tol: float = 1e-7) -> list[tuple[tuple[str, ...]
 
 @dataclass(frozen=True)
 class ChainEval:
-    capacity: float  # tokens/s
+    capacity: float  # tokens/s (prompt + decode, Helix's unit)
     concurrency: float
     concurrency_limit: str
     micro_batch: float
@@ -168,19 +163,19 @@ class ChainEval:
 
 
 def unit_concurrency(p: PlacementProblem, u: StageUnit) -> float:
+    """Sequences the stage's KV keeps in flight at the model's mean context (capped by max_num_seqs)."""
     prof = unit_profile(p, u)
     kv = prof.kv_token_layers[u.layers - 1] / (u.layers * p.model.context_tokens)
     mc = p.model.max_concurrency
     return min(kv, float(mc)) if mc is not None else kv
 
 
-def step_time(p: PlacementProblem, prof: StageProfile, k: int, batch: float, depth: int) -> float:
-    """t_i(b): one engine step of `batch` sequences through k layers (decode + prefill share)."""
+def step_time(p: PlacementProblem, u: StageUnit, batch: float, depth: int, last: bool = False) -> float:
+    """t_i(b): one fluid engine step of `batch` sequences through the unit's layers, with its share of
+    the step's host work (perf/capacity.fluid_batch on the unit's StageModel)."""
     m = p.model
-    chunk = float(m.prefill_chunk_tokens)
-    per_tok = interp(prof.prefill_time, chunk) / chunk
-    dec = interp(prof.decode_time, max(batch, 1e-9))
-    return k * (dec + batch * (m.input_tokens / m.output_tokens) * per_tok) + m.step_host_s(batch) / max(depth, 1)
+    n, S, A, seqs = fluid_batch(batch, m.input_tokens, m.output_tokens)
+    return stage_model(p, u, last).time(n, S, A) + m.step_host_s(seqs) / max(depth, 1)
 
 
 def hop_time(p: PlacementProblem, a: str, b: str, batch: float, tokens_only: bool = False) -> float:
@@ -193,27 +188,19 @@ def hop_time(p: PlacementProblem, a: str, b: str, batch: float, tokens_only: boo
 
 
 def chain_eval(p: PlacementProblem, stages: Sequence[StageUnit]) -> ChainEval:
-    """Depth-aware capacity of one chain (stages in order)."""
-    d = len(stages)
+    """Depth-aware capacity of one chain (stages in order): perf/capacity.fluid_capacity of its
+    ReplicaModel (chain_model.py), the fast mode of the formula every reported number comes from."""
     concs = [unit_concurrency(p, u) for u in stages]
     j = int(np.argmin(concs))
-    C = max(concs[j], 1e-9)
     mc = p.model.max_concurrency
-    limit = "max-num-seqs" if mc is not None and C >= mc - 1e-9 else f"kv:{stages[j].unit}"
-    b = C / d
-    times = [step_time(p, unit_profile(p, u), u.layers, b, d) for u in stages]
-    hops = sum(hop_time(p, a.unit, c.unit, b) for a, c in zip(stages, stages[1:]))
-    if d > 1:
-        hops += hop_time(p, stages[-1].unit, stages[0].unit, b, tokens_only=True)
-    i = int(np.argmax(times))
-    stage_term = b / times[i]
-    lat_term = C / (sum(times) + hops)
-    X = min(stage_term, lat_term)
+    limit = "max-num-seqs" if mc is not None and concs[j] >= mc - 1e-9 else f"kv:{stages[j].unit}"
     m = p.model
+    f = fluid_capacity(chain_model(p, stages), m.input_tokens, m.output_tokens)
+    i = int(np.argmax(f.stage_times))
     return ChainEval(
-        capacity=X * (1.0 + m.input_tokens / m.output_tokens), concurrency=C, concurrency_limit=limit,
-        micro_batch=b, binding=f"stage:{stages[i].unit}" if stage_term <= lat_term else "latency",
-        stage_times=tuple(times), hops_s=hops,
+        capacity=f.decode_tokens_per_s * (1.0 + m.input_tokens / m.output_tokens), concurrency=f.concurrency,
+        concurrency_limit=limit, micro_batch=f.micro_batch,
+        binding=f"stage:{stages[i].unit}" if f.stage_bound else "latency", stage_times=f.stage_times, hops_s=f.hops_s,
     )
 
 
@@ -278,7 +265,7 @@ def shared_capacity(p: PlacementProblem, units: Sequence[StageUnit], paths: list
         for x in pu:
             B[x] += b
             dmax[x] = max(dmax[x], len(pu))
-    t = {x: step_time(p, unit_profile(p, by_id[x]), by_id[x].layers, B[x], dmax[x]) for x in through}
+    t = {x: step_time(p, by_id[x], B[x], dmax[x]) for x in through}
     nodes = sorted(through)
     A, rhs = [], []
     for x in nodes:

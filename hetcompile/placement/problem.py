@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from hetcompile.perf.stepmodel import LayerCost
+
 SOURCE = "source"
 SINK = "sink"
 
@@ -37,11 +39,11 @@ class ModelSpec:
     input_tokens: float  # mean prompt length
     output_tokens: float  # mean generated length
     kv_bytes_per_token_layer: float = 0.0  # informative: K+V bytes of one token in one layer
-    mean_context_tokens: float | None = None  # None: input + output / 2 (mean over a request's life)
     max_concurrency: int | None = None  # vLLM --max-num-seqs per engine; None: KV-limited only
     prefill_chunk_tokens: int = 2048  # prefill cost per token is taken at this chunk size
     step_overhead_s: float = 0.0  # per engine step (scheduler + sampling), split over the stages
     seq_overhead_s: float = 0.0  # per sequence per engine step (host CPU), split over the stages
+    request_overhead_s: float = 0.0  # per request before its first token (HTTP, tokenization): TTFT only
 
     def step_host_s(self, batch: float) -> float:
         """Host work of one engine step of `batch` sequences: o + q b (split over a chain's stages)."""
@@ -55,8 +57,7 @@ class ModelSpec:
 
     @property
     def context_tokens(self) -> float:
-        if self.mean_context_tokens is not None:
-            return self.mean_context_tokens
+        """s = I + O/2: a sequence's mean context over its life (perf/capacity.py)."""
         return self.input_tokens + self.output_tokens / 2.0
 
 
@@ -68,17 +69,19 @@ class StageProfile:
     max_layers: int
     throughput: tuple[float, ...]  # T(k), tokens/s
     kv_token_layers: tuple[float, ...]  # KV capacity in token-layer entries when holding k layers
-    decode_time: tuple[tuple[float, float], ...]  # (batch sequences, s per layer), increasing batch
-    prefill_time: tuple[tuple[float, float], ...]  # (batch tokens, s per layer), increasing tokens
+    decode_time: tuple[tuple[float, float], ...]  # (batch sequences, s per layer), increasing batch; () with `cost`
+    prefill_time: tuple[tuple[float, float], ...]  # (batch tokens, s per layer), increasing tokens; () with `cost`
     source: str = "measured"
+    cost: LayerCost | None = None  # the per-layer roofline (analytic); None: fitted to the tables when used
+    head_s: float = 0.0  # reading the lm_head once per step, when this stage is a chain's last
 
     def __post_init__(self) -> None:
         if self.max_layers < 1 or len(self.throughput) != self.max_layers:
             raise ValueError(f"profile tp={self.tp}: throughput needs max_layers={self.max_layers} entries")
         if len(self.kv_token_layers) != self.max_layers:
             raise ValueError(f"profile tp={self.tp}: kv_token_layers needs {self.max_layers} entries")
-        if len(self.decode_time) < 2 or len(self.prefill_time) < 2:
-            raise ValueError(f"profile tp={self.tp}: time tables need at least two points")
+        if self.cost is None and (len(self.decode_time) < 2 or len(self.prefill_time) < 2):
+            raise ValueError(f"profile tp={self.tp}: without a layer cost, time tables need at least two points")
 
     def T(self, k: int) -> float:
         return self.throughput[k - 1] if 1 <= k <= self.max_layers else 0.0

@@ -6,11 +6,12 @@ k_i >= 1 with sum k_i = L and k_i <= K_i.
 - `helix_split`: maximize min_i T_i(k_i) (DP over stages and layers; exact for any T).
 - `depth_split`: maximize the depth-aware capacity of evaluate.py. For a concurrency candidate c
   (every value min(max_num_seqs, KV_i(k) / (k s)) is a breakpoint) each stage may hold at most
-  kcap_i(c) layers (KV keeps c requests); with b = c / d the per-layer step time tau_i(b) is
-  fixed, so the slowest stage is minimized by water-filling: the smallest t with
-  sum_i min(kcap_i, floor((t - o) / tau_i)) >= L, o = (step overhead + b x per-sequence
-  overhead) / d on every stage. Then cap(c) = (1 + I/O) min(b / t,
-  c / (sum_i t_i + hops(b))); the best c wins. Surplus layers come off the slowest stages.
+  kcap_i(c) layers (KV keeps c requests); with b = c / d the per-layer step time tau_i(b) (the
+  stage's LayerCost at perf/capacity.fluid_batch(b)) is fixed, so the slowest stage is minimized by
+  water-filling: the smallest t with sum_i min(kcap_i, floor((t - o) / tau_i)) >= L, o = the
+  step's host work / d on every stage. Then cap(c) = (1 + I/O) X with X from
+  perf/capacity.fluid_rate; the best c wins. Surplus layers come off the slowest stages. (The
+  lm_head read of the last stage is left out of the split; the chain's evaluation charges it.)
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from hetcompile.perf.capacity import fluid_batch, fluid_rate
+from hetcompile.placement.chain_model import layer_cost
 from hetcompile.placement.problem import PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
-from hetcompile.placement.tables import host, interp
+from hetcompile.placement.tables import host
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,9 @@ def _helix_split(Ts: tuple[tuple[float, ...], ...], L: int) -> tuple[float, list
     return float(f[d][L]), ks[::-1]
 
 
-def _hop_params(p: PlacementProblem, slots: list[Slot]) -> tuple[float, float, float]:
-    """(sum of hop latencies, activation seconds per sequence, token seconds per sequence)."""
+def _hop_params(p: PlacementProblem, slots: list[Slot]) -> tuple[float, float]:
+    """(sum of hop latencies, activation seconds per sequence) over the chain's hops between hosts
+    (chain_model.py's hops, in the fluid step's tokens per sequence: 1 + I/O)."""
     m = p.model
     lat, act = 0.0, 0.0
     per_seq = m.activation_bytes * (1.0 + m.input_tokens / m.output_tokens)
@@ -103,12 +107,7 @@ def _hop_params(p: PlacementProblem, slots: list[Slot]) -> tuple[float, float, f
         lk = p.link(a.node, b.node)
         lat += lk.latency
         act += per_seq / lk.bandwidth
-    tok = 0.0
-    if len(slots) > 1 and slots[-1].node != slots[0].node:
-        lk = p.link(slots[-1].node, slots[0].node)
-        lat += lk.latency
-        tok = m.token_bytes / lk.bandwidth
-    return lat, act, tok
+    return lat, act
 
 
 def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int]]:
@@ -125,16 +124,16 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
     conc = [np.minimum(mc, np.array(pr.kv_token_layers) / (np.arange(1, pr.max_layers + 1) * ctx)) for pr in profs]
     cands = sorted({float(x) for c in conc for x in c if x > 0}, reverse=True)
     ratio = m.input_tokens / m.output_tokens
-    chunk = float(m.prefill_chunk_tokens)
-    pre = np.array([interp(pr.prefill_time, chunk) / chunk for pr in profs])
-    lat, act, tok = _hop_params(p, slots)
+    costs = [layer_cost(pr, ctx) for pr in profs]
+    lat, act = _hop_params(p, slots)
     best, best_ks = 0.0, []
     for c in cands:
         kcap = np.array([int(np.sum(cc >= c * (1 - 1e-12))) for cc in conc])  # conc is decreasing in k
         if kcap.min() < 1 or kcap.sum() < L:
             continue
         b = c / d
-        tau = np.array([interp(pr.decode_time, b) for pr in profs]) + b * ratio * pre
+        n, S, A, seqs = fluid_batch(b, m.input_tokens, m.output_tokens)
+        tau = np.array([cost.time(n, S, A) for cost in costs])  # per layer: the step model's fluid step
         grid = np.unique(np.concatenate([np.arange(1, kc + 1) * tk for kc, tk in zip(kcap, tau)]))
         cover = np.minimum(kcap[None, :], np.floor(grid[:, None] / tau[None, :] + 1e-9)).sum(axis=1)
         ok = np.nonzero(cover >= L)[0]
@@ -149,9 +148,9 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
             i = int(np.argmax(np.where(ks > 1, ks * tau, -1.0)))
             ks[i] -= 1
             surplus -= 1
-        times = ks * tau + m.step_host_s(b) / d
-        hops = lat + b * act + b * tok
-        X = min(b / times.max(), c / (times.sum() + hops))
+        times = ks * tau + m.step_host_s(seqs) / d
+        hops = lat + b * act
+        X, _ = fluid_rate(tuple(float(t) for t in times), hops, c)
         cap = X * (1.0 + ratio)
         if cap > best * (1 + 1e-12):
             best, best_ks = cap, [int(k) for k in ks]
