@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from hetcompile.ir.problem import LayerProfile, Node, Problem, ShapeEstimate, Workload
 from hetcompile.passes.profile import workload_estimates
 from hetcompile.perf import analytic
-from hetcompile.perf.capacity import chain_capacity, fluid_batch, fluid_rate
-from hetcompile.placement.chain_model import chain_model
+from hetcompile.perf.capacity import fluid_batch, fluid_rate
+from hetcompile.placement.chain_model import chain_model, full_tokens_per_s
 from hetcompile.placement.evaluate import unit_profile
 from hetcompile.placement.problem import Link, ModelSpec, NodeGroup, PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
@@ -133,6 +133,4 @@ def chain_estimate(ir: Problem, p: PlacementProblem, stages: Sequence[StageUnit]
 def chain_tokens_per_s(p: PlacementProblem, stages: Sequence[StageUnit]) -> float:
     """Prompt + decode tokens/s of a chain at the model's mean workload, by the full mode: the
     number placement's fast-mode value (evaluate.chain_eval) is reported beside."""
-    m = p.model
-    e = chain_capacity(chain_model(p, stages), m.input_tokens, m.output_tokens)
-    return e.requests_per_s * (m.input_tokens + m.output_tokens)
+    return full_tokens_per_s(p, stages)

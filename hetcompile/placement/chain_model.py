@@ -69,3 +69,13 @@ def chain_model(p: PlacementProblem, stages: Sequence[StageUnit]) -> ReplicaMode
         chunk_tokens=m.prefill_chunk_tokens,
         source="analytic" if all(p.groups[u.gi].profile(u.tp).cost is not None for u in stages) else "fitted",
     )
+
+
+def full_tokens_per_s(p: PlacementProblem, stages: Sequence[StageUnit]) -> float:
+    """Prompt + decode tokens/s of a chain at the model's mean workload by the formula's full mode
+    (prompt lumps, pipeline waits): what the plan will report for it."""
+    from hetcompile.perf.capacity import chain_capacity
+
+    m = p.model
+    e = chain_capacity(chain_model(p, stages), m.input_tokens, m.output_tokens)
+    return e.requests_per_s * (m.input_tokens + m.output_tokens)

@@ -38,8 +38,15 @@ def random_case(rng: random.Random):
     return problem(groups, L, max_concurrency=rng.choice([None, 64]))
 
 
+@pytest.fixture
+def search_only(monkeypatch):
+    """The search's own optimum: the full-mode polish that follows it may trade fast-mode value for
+    full-mode value on purpose (tests/placement/test_full_mode_polish.py)."""
+    monkeypatch.setattr("hetcompile.placement.chains.FULL_MODE_EVALS", 0)
+
+
 @pytest.mark.parametrize("objective", ["depth-aware", "helix"])
-def test_chains_equal_brute_force_on_small_clusters(objective):
+def test_chains_equal_brute_force_on_small_clusters(objective, search_only):
     rng = random.Random(0)
     for case in range(30):
         p = random_case(rng)
@@ -50,7 +57,7 @@ def test_chains_equal_brute_force_on_small_clusters(objective):
         res.verify()
 
 
-def test_both_slices_of_a_node_serve_two_chains():
+def test_both_slices_of_a_node_serve_two_chains(search_only):
     """Seed 4, case 17: the optimum cuts the 2-GPU node and gives one slice to each of two
     chains; one deeper chain (what single-slot moves reach) is 15% below it."""
     rng = random.Random(4)
