@@ -33,6 +33,7 @@ class GpuType(Frozen):
     source: Annotated[str, Field(description="where the numbers come from")] = ""
     eta_memory: Annotated[float | None, Field(gt=0, le=1, description="achieved fraction of mem_bw in decode (None: the model's default)")] = None
     eta_compute: Annotated[float | None, Field(gt=0, le=1, description="achieved fraction of flops in prefill (None: the model's default)")] = None
+    compute_capability: Annotated[str | None, Field(description="CUDA compute capability, e.g. '8.0' (None: unknown)")] = None
 
 
 class ModelArch(Frozen):
@@ -147,6 +148,7 @@ class PlacementConfig(Frozen):
     partial_inference: bool = False
     coordinator: str = ""
     layer_profiles: tuple[LayerProfile, ...] = ()
+    delta: Annotated[float, Field(ge=0, lt=1, description="Hetis selection threshold (placement/hetis.py)")] = 0.05
 
 
 class PerfEntry(Frozen):

@@ -186,6 +186,9 @@ class GpuSpec(_Spec):
     interconnect: Annotated[
         Bandwidth | None, Field(default=None, description="GPU-GPU bandwidth inside a node (default PCIe 4: 32GB/s)")
     ] = None
+    compute_capability: Annotated[
+        str | None, Field(default=None, description="CUDA compute capability, e.g. '8.0' (vLLM 0.33 needs >= 7.0)")
+    ] = None
 
 
 class StepCoefficients(_Spec):
@@ -276,6 +279,10 @@ class PlacementSpec(_Spec):
         tuple[str | LayerProfileSpec, ...],
         Field(default=(), description="per-node T(k) tables: inline, or YAML files (a list) relative to the spec"),
     ] = ()
+    delta: Annotated[
+        Fraction, Field(default=0.05, description="mixed: Hetis primary-worker selection (seed 001 §4.1): a GPU whose "
+                        "removal raises a replica's dense cost by less than this stays out of it, e.g. 5%; 0 turns it off")
+    ] = 0.05
 
 
 class Spec(_Spec):
