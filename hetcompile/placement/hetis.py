@@ -243,6 +243,7 @@ def select_cluster(types: Sequence[UnitType], layers: int, delta: float = DEFAUL
     total = sum(t.count for t in types)
     best: ClusterSelection | None = None
     tried = 0
+    memo: dict[tuple[int, ...], Selection | None] = {}
     for k in range(1, (max_instances or total) + 1):
         groups = divide([t.count for t in types], k)
         if any(sum(g) == 0 for g in groups):
@@ -250,10 +251,12 @@ def select_cluster(types: Sequence[UnitType], layers: int, delta: float = DEFAUL
         tried += 1
         sels = []
         for g in groups:
-            gt = tuple(UnitType(t.name, c, t.cost, t.max_layers, t.power) for t, c in zip(types, g))
-            if not math.isfinite(dense_cost(gt, g, layers)):
+            if g not in memo:  # even division leaves at most two distinct instances per k
+                gt = tuple(UnitType(t.name, c, t.cost, t.max_layers, t.power) for t, c in zip(types, g))
+                memo[g] = select(gt, layers, delta) if math.isfinite(dense_cost(gt, g, layers)) else None
+            if memo[g] is None:
                 break  # KV filter: this configuration is dropped
-            sels.append(select(gt, layers, delta))
+            sels.append(memo[g])
         else:
             score = sum(1.0 / s.cost for s in sels)
             if best is None or score > best.score * (1 + 1e-12):
