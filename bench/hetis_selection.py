@@ -25,7 +25,7 @@ from hetcompile.placement import hetis
 GPUS = ("H100", "A100-80GB", "L40S", "A10", "T4")
 
 
-def search(model: str, per_type: int, delta: float) -> tuple[hetis.ClusterSelection | None, list]:
+def search(model: str, per_type: int, delta: float) -> tuple[hetis.ClusterSelection | None, list, list, int]:
     name, _, arch = catalog.lookup_model(model)
     b, util, max_len = 2, 0.92, 4096
     gpus = [catalog.lookup_gpu(g) for g in GPUS]
@@ -35,17 +35,18 @@ def search(model: str, per_type: int, delta: float) -> tuple[hetis.ClusterSelect
         cost = analytic.layer_cost(arch, b, g, 1).time(analytic.PREFILL_CHUNK, 0.0, 0.0)
         types.append(hetis.UnitType(g.name, per_type, cost, e.max_layers, g.flops))
     cs = hetis.select_cluster(types, arch.layers, delta)
-    stages = []
+    stages: list[list] = []  # per instance: (type, GPUs, layers, (TP, PP, stage s)) of each kept unified stage
     if cs is not None:
         by_name = {g.name: g for g in gpus}
         for sel in cs.instances:
             ls = hetis.stage_layers(sel.types, sel.kept, arch.layers)
+            stages.append([])
             for t, n, layers in zip(sel.types, sel.kept, ls):
                 if n and layers:
                     g = by_name[t.name]
-                    stages.append((t.name, n, layers, hetis.tp_pp(
+                    stages[-1].append((t.name, n, layers, hetis.tp_pp(
                         n, layers, lambda tp, g=g: analytic.layer_cost(arch, b, g, tp).time(analytic.PREFILL_CHUNK, 0.0, 0.0))))
-    return cs, stages
+    return cs, stages, types, arch.layers
 
 
 def main() -> None:
@@ -58,7 +59,7 @@ def main() -> None:
     times = []
     for _ in range(a.repeat):
         t0 = time.perf_counter()
-        cs, stages = search(a.model, a.per_type, a.delta)
+        cs, stages, types, layers = search(a.model, a.per_type, a.delta)
         times.append(time.perf_counter() - t0)
     n = a.per_type * len(GPUS)
     print(f"Hetis primary-worker selection, {len(GPUS)} GPU types x {a.per_type} = {n} GPUs, {a.model}, delta {a.delta:g}")
@@ -77,9 +78,12 @@ def main() -> None:
             out[t.name] += t.count - k
     print("primary workers: " + ", ".join(f"{k}x {g}" for g, k in kept.items() if k))
     print("left out (attention workers in Hetis): " + (", ".join(f"{k}x {g}" for g, k in out.items() if k) or "none"))
-    first = [s for s in stages][: len(GPUS)]
-    print("instance 0 stages (type, GPUs, layers, (TP, PP, stage s)): " + "; ".join(
-        f"{g} {n} {layers} (tp{tp} pp{pp} {t * 1e3:.2f} ms)" for g, n, layers, (tp, pp, t) in first))
+    print("instance 0 stages (type, GPUs, layers, TP x PP, stage time): " + "; ".join(
+        f"{g} {n} GPUs {k} layers tp{tp} x pp{pp} {t * 1e3:.1f} ms" for g, n, k, (tp, pp, t) in stages[0]))
+    one = hetis.select(types, layers, a.delta)  # k = 1: the whole cluster as one instance (the sweep)
+    print(f"for comparison, one instance of all {n} GPUs: left out " +
+          (", ".join(f"{k}x {g}" for g, k in one.removed().items()) or "none") +
+          f"; dense cost {one.full_cost * 1e3:.1f} -> {one.cost * 1e3:.1f} ms per step")
 
 
 if __name__ == "__main__":

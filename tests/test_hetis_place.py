@@ -121,7 +121,7 @@ def test_example_plan_md_and_explain_show_left_out_gpus_and_the_estimate() -> No
     ir = compile_spec(HETIS / "spec.yaml").ir
     md = artifacts(ir)["plan.md"]
     assert "## Primary workers (Hetis §4.1)" in md
-    assert "would add at most" in md and "< 10%" in md and "left out (owned, idle)" in md
+    assert "would add" in md and "< 10%" in md and "left out (owned, idle)" in md
     assert "NOT deployable on vLLM 0.33" in md and "KV tokens" in md and "tokens/s" in md
     text = render_explanation(explain_plan(plan_dict(ir)), "md")
     assert "Primary workers" in text and "NOT deployable" in text

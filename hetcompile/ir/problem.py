@@ -306,8 +306,7 @@ class LeftOutGpus(Frozen):
     gpu: str
     gpus: int
     nodes: tuple[str, ...] = Field(description="pool node ids (a TP slice as <node>#<j>)")
-    adds: float = Field(description="the largest raise of the dense cost one of them caused when (Δ) removed it (< delta)")
-    adds_together: float = Field(description="C(kept) / C(kept + all of these) - 1: what they would add together")
+    adds: float = Field(description="C(kept) / C(kept + these) - 1: what they would add to the replica's dense speed (< delta)")
     fate: Literal["moved", "not-rented", "idle", "kept-in"] = Field(
         description="moved to another replica, not rented (cost saved), owned and idle, or kept in (the plan without "
                     "them served less)")

@@ -45,8 +45,7 @@ from hetcompile.placement.splits import Slot
 class _LeftOut:
     gpu: str
     units: list[StageUnit]
-    adds: float  # the largest step raise of (Δ) among this type's removals (each < delta)
-    together: float  # what they add together to the kept set
+    adds: float  # C(kept) / C(kept + these) - 1: what they add to the kept set (< delta by (Δ))
     fate: str = "not-rented"
     to_chain: str | None = None
     saved_per_s: float = 0.0
@@ -132,13 +131,12 @@ def select_chains(ir: Problem, pp: PlacementProblem, chains: list[ChainInfo], ws
         removed = sel.removed()
         if not removed:
             continue
-        together = sel.raise_by_type()
+        adds = sel.raise_by_type()
         out: list[_LeftOut] = []
         for g, k in sorted(removed.items()):
             # rented units go first (their $/h is saved), then the last in chain order
             order = sorted(by[g], key=lambda u: (-_price(pool, u), -chain.stages.index(u)))
-            steps = [r.raise_ for r in sel.removals if r.type == g]
-            out.append(_LeftOut(g, order[:k], max(steps), together[g]))
+            out.append(_LeftOut(g, order[:k], adds[g]))
         gone = {u.unit for lo in out for u in lo.units}
         kept_chain = _rebuild(pp, search, cid, [u for u in chain.stages if u.unit not in gone])
         rec = _Record(cid, dict(zip([t.name for t in types], sel.kept)), sel.cost, sel.full_cost, False, out)
@@ -220,9 +218,7 @@ def to_ir(model: str, delta: float, records: list[_Record], chains: dict[str, Ch
         for lo in r.left_out:
             n = sum(u.tp for u in lo.units)
             nodes = ", ".join(sorted(slice_id(u.unit) for u in lo.units))
-            what = (f"{n}x {lo.gpu} ({nodes}) would add {100 * lo.adds:.1f}% < {100 * delta:g}% to {rid}'s dense speed" if len(lo.units) == 1
-                    else f"{n}x {lo.gpu} ({nodes}) would add at most {100 * lo.adds:.1f}% < {100 * delta:g}% each to {rid}'s dense speed "
-                         f"({100 * lo.together:.1f}% together)")
+            what = f"{n}x {lo.gpu} ({nodes}) would add {100 * lo.adds:.1f}% < {100 * delta:g}% to {rid}'s dense speed"
             if lo.fate == "moved":
                 lines.append(f"{what}: moved to {rid_of.get(lo.to_chain, lo.to_chain)}, where they add more")
             elif lo.fate == "not-rented":
@@ -251,11 +247,13 @@ def to_ir(model: str, delta: float, records: list[_Record], chains: dict[str, Ch
             model=model, replica=rid, delta=delta, kept=tuple((g, n * tp) for g, n in sorted(kept.items()) if n),
             dense_cost_s=r.cost, full_dense_cost_s=r.full_cost, applied=r.applied,
             left_out=tuple(LeftOutGpus(gpu=lo.gpu, gpus=sum(u.tp for u in lo.units), nodes=tuple(sorted(slice_id(u.unit) for u in lo.units)),
-                                       adds=lo.adds, adds_together=lo.together, fate=lo.fate,
+                                       adds=lo.adds, fate=lo.fate,
                                        to_replica=rid_of.get(lo.to_chain, lo.to_chain) if lo.to_chain else None,
                                        saved_per_s=lo.saved_per_s)
                            for lo in r.left_out),
-            attention=r.attention, text=(f"{rid}: primary workers {_gpus_text(kept, tp)}", *lines),
+            attention=r.attention,
+            text=(f"{rid}: primary workers {_gpus_text(kept, tp)}; without the others its dense cost (max stage, "
+                  f"GPUs of a type as one stage) is {100 * (r.cost / r.full_cost - 1):.1f}% higher, < delta {100 * delta:g}%", *lines),
         ))
     return tuple(out)
 

@@ -26,17 +26,18 @@ the cost of one more layer on stage t is increasing in l_t, so min-max water-fil
 cheapest increments (exact; the brute-force tests enumerate every split to check it).
 
 Removal criterion (§4.1; the paper's equation did not survive text extraction, this is its
-wording): a unit of type t is removed from n when removing it raises the dense cost by less than
-delta,
-    (Δ)   C(n - e_t) < (1 + delta) C(n).
-The paper removes lowest end first, one unit at a time while (Δ) holds. Integer layer mapping
-is not smooth, so the order of removals matters; the criterion's optimum, searched exactly when
-a group has at most EXACT_LIMIT count vectors (every chain a compiler places), is: over all sets
-reachable from N by single (Δ)-removals in any order, the fixed points (no kept unit satisfies
-(Δ): every kept unit adds >= delta), the one with the fewest units of the lowest-end type, then
-of the next type, ..., then the lowest C. Larger groups (Hetis's cluster-scale grouping with few
-instances) use the paper's sweep: lowest type first, one unit at a time while (Δ) holds,
-restarting from the lowest type after each removal, until a sweep removes nothing.
+wording: GPUs are removed "while removing them raises the dense cost by less than delta"), with
+N the group's full count vector:
+    (Δ)   C(n) < (1 + delta) C(N)        n is an admissible primary-worker set.
+C never rises when a unit is added (more units, cheaper increments), so the admissible sets are
+closed upwards and the paper's procedure, lowest-end type first, one unit at a time while (Δ)
+still holds after the removal, then the next type, ends at the criterion's exhaustive optimum:
+the admissible n with the fewest units of the lowest-end type, then of the next type, and so on
+(lexicographic; each type's count is minimised with every later type still at its maximum, which
+by upward closure is the best any choice of the later types allows). The brute-force tests check
+this against every subset. Measuring against C(N), not against the previous step, bounds what
+the kept set loses: removing 1 of 160 GPUs always costs < 5%, and step-relative removals would
+compound without limit.
 
 Grouping (§4.1, Fig. 4): for k = 1, 2, ... instances, type t's N_t units are divided evenly (the
 first N_t mod k instances get one more); a configuration with an instance that fails the KV
@@ -58,7 +59,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 DEFAULT_DELTA = 0.05
-EXACT_LIMIT = 20_000  # count vectors up to which a group's selection is searched exhaustively
 
 
 @dataclass(frozen=True)
@@ -143,82 +143,23 @@ def stage_layers(types: Sequence[UnitType], counts: Sequence[int], layers: int) 
     return tuple(ls)
 
 
-def select(types: Sequence[UnitType], layers: int, delta: float = DEFAULT_DELTA,
-           exact_limit: int = EXACT_LIMIT) -> Selection:
-    """The selection of one group (counts N_t = `types[i].count`): exhaustive over the sets that
-    (Δ)-removals reach when there are at most `exact_limit` count vectors, else the sweep."""
+def select(types: Sequence[UnitType], layers: int, delta: float = DEFAULT_DELTA) -> Selection:
+    """The module docstring's removal, lowest-end type first, on one group (N_t = `types[i].count`)."""
     types = tuple(types)
-    if math.prod(t.count + 1 for t in types) <= exact_limit:
-        return _exact(types, layers, delta)
-    return _sweep(types, layers, delta)
-
-
-def _key(types: tuple[UnitType, ...], n: Sequence[int], cost: float) -> tuple:
-    """What the criterion prefers among fixed points: fewest units of the lowest-end type, then of
-    the next, ..., (the highest type's count is not minimised: it is what dense work runs on),
-    then the lowest dense cost."""
-    order = sorted(range(len(types)), key=lambda i: (types[i].power, types[i].name))
-    return (*(n[i] for i in order[:-1]), cost)
-
-
-def _exact(types: tuple[UnitType, ...], layers: int, delta: float) -> Selection:
-    """Every set reachable from N by single (Δ)-removals, in any order; of those where no further
-    removal satisfies (Δ) (fixed points), the best by `_key`, with one removal path to it."""
-    start = tuple(t.count for t in types)
-    cost: dict[tuple[int, ...], float] = {start: dense_cost(types, start, layers)}
-    if not math.isfinite(cost[start]):
-        return Selection(types, start, (), cost[start], cost[start], layers)
-    parent: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}
-    stack, best = [start], None
-    while stack:
-        n = stack.pop()
-        fixed = True
-        for i in range(len(types)):
-            if n[i] == 0:
-                continue
-            m = n[:i] + (n[i] - 1,) + n[i + 1:]
-            if m not in cost:
-                cost[m] = dense_cost(types, m, layers)
-            if cost[m] < (1.0 + delta) * cost[n]:
-                fixed = False
-                if m not in parent:
-                    parent[m] = (n, i)
-                    stack.append(m)
-        if fixed and (best is None or _key(types, n, cost[n]) < _key(types, best, cost[best])):
-            best = n
-    path, n = [], best
-    while n != start:
-        prev, i = parent[n]
-        path.append(Removal(types[i].name, cost[prev], cost[n]))
-        n = prev
-    return Selection(types, best, tuple(reversed(path)), cost[best], cost[start], layers)
-
-
-def _sweep(types: tuple[UnitType, ...], layers: int, delta: float) -> Selection:
-    """The paper's heuristic for groups too large to search: lowest end first, one unit at a time
-    while (Δ) holds, restarting from the lowest type after each removal, to a fixed point."""
-    order = sorted(range(len(types)), key=lambda i: (types[i].power, types[i].name))
     n = [t.count for t in types]
     full = cur = dense_cost(types, n, layers)
     removals: list[Removal] = []
     if not math.isfinite(full):
         return Selection(types, tuple(n), (), full, full, layers)
-    changed = True
-    while changed:
-        changed = False
-        for i in order:
-            while n[i] > 0:
-                n[i] -= 1
-                after = dense_cost(types, n, layers)
-                if after < (1.0 + delta) * cur:
-                    removals.append(Removal(types[i].name, cur, after))
-                    cur = after
-                    changed = True
-                else:
-                    n[i] += 1
-                    break
-            if changed:
-                break  # restart from the lowest end: a removal may let a lower type go too
+    for i in sorted(range(len(types)), key=lambda i: (types[i].power, types[i].name)):
+        while n[i] > 0:
+            n[i] -= 1
+            after = dense_cost(types, n, layers)
+            if not after < (1.0 + delta) * full:
+                n[i] += 1
+                break
+            removals.append(Removal(types[i].name, cur, after))
+            cur = after
     return Selection(types, tuple(n), tuple(removals), cur, full, layers)
 
 
@@ -266,9 +207,11 @@ def select_cluster(types: Sequence[UnitType], layers: int, delta: float = DEFAUL
 
 def tp_pp(n: int, layers: int, layer_time: Callable[[int], float]) -> tuple[int, int, float]:
     """(TP, PP, stage time) of a unified stage of n GPUs holding `layers` layers: TP t | n, PP n / t,
-    time = ceil(layers / PP) x layer_time(t) (the slowest PP sub-stage; layer_time has the TP terms)."""
+    time = ceil(layers / PP) x layer_time(t) (the slowest PP sub-stage; layer_time has the TP terms);
+    t is a power of two (it must divide the model's attention heads)."""
     best = (1, n, math.inf)
-    for t in (d for d in range(1, n + 1) if n % d == 0):
+    # TP degrees are powers of two: they must divide the attention heads (vLLM checks it)
+    for t in (d for d in (2**i for i in range(n.bit_length())) if n % d == 0):
         pp = n // t
         if pp > layers:
             continue
