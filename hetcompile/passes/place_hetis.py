@@ -61,6 +61,7 @@ class _Record:
     left_out: list[_LeftOut] = field(default_factory=list)
     attention: AttentionWorkers | None = None
     served: tuple[float, float] = (0.0, 0.0)  # theta without, with the selection
+    unsplittable: bool = False  # placement's split found no way to hold the model on the kept units
 
 
 def unit_cost(ir: Problem, model: str, gpu: str, tp: int) -> float:
@@ -142,6 +143,7 @@ def select_chains(ir: Problem, pp: PlacementProblem, chains: list[ChainInfo], ws
         rec = _Record(cid, dict(zip([t.name for t in types], sel.kept)), sel.cost, sel.full_cost, False, out)
         records.append(rec)
         if kept_chain is None:
+            rec.unsplittable = True
             for lo in out:
                 lo.fate = "kept-in"
             continue
@@ -225,6 +227,8 @@ def to_ir(model: str, delta: float, records: list[_Record], chains: dict[str, Ch
                 lines.append(f"{what}: left out and not rented (saves ${lo.saved_per_s * 3600:.2f}/h)")
             elif lo.fate == "idle":
                 lines.append(f"{what}: left out (owned, idle)")
+            elif r.unsplittable:
+                lines.append(f"{what}, but no layer split of the others holds the model by placement's profiles: kept in")
             else:
                 lines.append(f"{what}, but the plan without them serves less ({r.served[1]:.4g}x vs "
                              f"{r.served[0]:.4g}x the demand): kept in")

@@ -95,6 +95,7 @@ class Selection:
     removals: tuple[Removal, ...]
     cost: float  # C(kept)
     full_cost: float  # C(N)
+    layers: int  # L
 
     def removed(self) -> dict[str, int]:
         return {t.name: t.count - k for t, k in zip(self.types, self.kept) if t.count > k}
@@ -107,11 +108,9 @@ class Selection:
             if t.count > self.kept[i]:
                 back = list(self.kept)
                 back[i] = t.count
-                with_them = dense_cost(self.types, back, self._layers)
+                with_them = dense_cost(self.types, back, self.layers)
                 out[t.name] = self.cost / with_them - 1.0 if with_them > 0 else math.inf
         return out
-
-    _layers: int = 0
 
 
 def dense_cost(types: Sequence[UnitType], counts: Sequence[int], layers: int) -> float:
