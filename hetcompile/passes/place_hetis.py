@@ -148,6 +148,7 @@ def select_chains(ir: Problem, pp: PlacementProblem, chains: list[ChainInfo], ws
                 lo.fate = "kept-in"
             continue
         cand = current[:i] + [kept_chain] + current[i + 1:]
+        dest: dict[str, str] = {}  # left-out unit -> the chain it moves to
         for lo in out:  # each left-out unit: to the chain of the same TP where it adds the most, if >= delta
             for u in lo.units:
                 best = None
@@ -162,7 +163,9 @@ def select_chains(ir: Problem, pp: PlacementProblem, chains: list[ChainInfo], ws
                     grown = _rebuild(pp, search, cand[best[1]].id, [*cand[best[1]].stages, u])
                     if grown is not None:
                         cand[best[1]] = grown
-                        lo.to_chain = grown.id
+                        dest[u.unit] = grown.id
+        out = _by_destination(sel, out, dest, L)
+        rec.left_out = out
         theta = served(cand)
         rec.served = (base, theta)
         if theta >= base * (1 - 1e-9):
@@ -176,6 +179,21 @@ def select_chains(ir: Problem, pp: PlacementProblem, chains: list[ChainInfo], ws
             for lo in out:
                 lo.fate, lo.to_chain = "kept-in", None
     return current, records
+
+
+def _by_destination(sel: hetis.Selection, out: list[_LeftOut], dest: dict[str, str], layers: int) -> list[_LeftOut]:
+    """Left-out units grouped by type and destination (None: no other chain takes them), each group
+    with what it alone would add to the kept set: C(kept) / C(kept + group) - 1."""
+    names = [t.name for t in sel.types]
+    groups = []
+    for lo in out:
+        for to in sorted({dest.get(u.unit) for u in lo.units}, key=lambda x: (x is not None, x or "")):
+            units = [u for u in lo.units if dest.get(u.unit) == to]
+            back = list(sel.kept)
+            back[names.index(lo.gpu)] += len(units)
+            with_them = hetis.dense_cost(sel.types, back, layers)
+            groups.append(_LeftOut(lo.gpu, units, sel.cost / with_them - 1.0 if with_them > 0 else math.inf, to_chain=to))
+    return groups
 
 
 def _attention(ir: Problem, pp: PlacementProblem, chain: ChainInfo, workers: list[StageUnit],
@@ -222,7 +240,8 @@ def to_ir(model: str, delta: float, records: list[_Record], chains: dict[str, Ch
             nodes = ", ".join(sorted(slice_id(u.unit) for u in lo.units))
             what = f"{n}x {lo.gpu} ({nodes}) would add {100 * lo.adds:.1f}% < {100 * delta:g}% to {rid}'s dense speed"
             if lo.fate == "moved":
-                lines.append(f"{what}: moved to {rid_of.get(lo.to_chain, lo.to_chain)}, where they add more")
+                lines.append(f"{what}: moved to {rid_of.get(lo.to_chain, lo.to_chain)}, where "
+                             f"{'it adds' if len(lo.units) == 1 else 'they add'} at least {100 * delta:g}%")
             elif lo.fate == "not-rented":
                 lines.append(f"{what}: left out and not rented (saves ${lo.saved_per_s * 3600:.2f}/h)")
             elif lo.fate == "idle":

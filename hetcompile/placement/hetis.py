@@ -205,14 +205,14 @@ def select_cluster(types: Sequence[UnitType], layers: int, delta: float = DEFAUL
 
 
 def tp_pp(n: int, layers: int, layer_time: Callable[[int], float]) -> tuple[int, int, float]:
-    """(TP, PP, stage time) of a unified stage of n GPUs holding `layers` layers: TP t | n, PP n / t,
-    time = ceil(layers / PP) x layer_time(t) (the slowest PP sub-stage; layer_time has the TP terms);
-    t is a power of two (it must divide the model's attention heads)."""
-    best = (1, n, math.inf)
-    # TP degrees are powers of two: they must divide the attention heads (vLLM checks it)
-    for t in (d for d in (2**i for i in range(n.bit_length())) if n % d == 0):
-        pp = n // t
-        if pp > layers:
+    """(TP, PP, stage time) of a unified stage of n GPUs holding `layers` layers: TP t a power of two
+    (it must divide the model's attention heads), PP = min(layers, n // t) sub-stages (t x PP <= n:
+    GPUs beyond that idle, e.g. an odd n at TP 2), time = ceil(layers / PP) x layer_time(t), the
+    slowest sub-stage (layer_time carries the TP terms)."""
+    best = (1, min(n, layers), math.inf)
+    for t in (2**i for i in range(n.bit_length())):
+        pp = min(layers, n // t)
+        if pp < 1:
             continue
         time = math.ceil(layers / pp) * layer_time(t)
         if time < best[2] * (1 - 1e-12):

@@ -128,3 +128,9 @@ def test_tp_pp_prefers_the_cheaper_split():
     # TP costs a fixed 1 ms per layer here: pure PP wins
     t, pp, time = hetis.tp_pp(4, 8, lambda tp: 1.0 / tp + (1e-3 if tp > 1 else 0.0))
     assert (t, pp) == (1, 4) and time == pytest.approx(2.0)
+
+
+def test_tp_pp_with_more_gpus_than_layers_and_odd_counts():
+    t, pp, time = hetis.tp_pp(25, 7, lambda tp: 1.0 / tp)  # 25 GPUs, 7 layers: PP alone would leave 18 idle
+    assert t * pp <= 25 and pp <= 7 and math.isfinite(time)
+    assert time == pytest.approx(min(math.ceil(7 / min(7, 25 // d)) / d for d in (1, 2, 4, 8, 16)))
