@@ -8,8 +8,9 @@ A10 and T4 (all sm_70+, so vLLM 0.33 runs them), `--per-type` of each, TP 1 unit
 is placement/hetis.py end to end: the per-unit dense costs and KV limits from the analytic step
 model (perf/analytic.py, as the place pass computes them), the grouping over every instance
 count k (types divided evenly, configurations failing the KV filter dropped), the stage mapping
-and the delta criterion in every instance (exact search where an instance has <= 20k count
-vectors, the paper's sweep beyond), and the TP x PP search inside every kept unified stage.
+and the delta criterion in every distinct instance, and the TP x PP search inside every kept
+unified stage of the chosen configuration. It also prints, for comparison, what the criterion
+leaves out of one instance of all 160 GPUs.
 Prints the median wall-clock time over `--repeat` runs and the chosen configuration.
 """
 

@@ -122,7 +122,7 @@ def select_chains(ir: Problem, pp: PlacementProblem, chains: list[ChainInfo], ws
 
     search = ChainSearch(pp, ir.placement.objective)
     current = list(chains)
-    base = served(current)
+    base: float | None = None  # theta of `current`, computed when a first chain has units to leave out
     records: list[_Record] = []
     for cid in [c.id for c in chains]:
         i = next(k for k, c in enumerate(current) if c.id == cid)
@@ -166,6 +166,8 @@ def select_chains(ir: Problem, pp: PlacementProblem, chains: list[ChainInfo], ws
                         dest[u.unit] = grown.id
         out = _by_destination(sel, out, dest, L)
         rec.left_out = out
+        if base is None:
+            base = served(current)
         theta = served(cand)
         rec.served = (base, theta)
         if theta >= base * (1 - 1e-9):
