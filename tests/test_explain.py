@@ -28,7 +28,7 @@ from hetcompile.explain.model import ADAPTER, Step, Unit
 from hetcompile.explain.render import render_diff, render_explanation, text
 
 # the examples this file has goldens for (a new example needs its goldens made on purpose)
-EXAMPLES = ("cost-efficiency-appc", "llama70b-pp", "quickstart", "three-regions", "tiny-cpu")
+EXAMPLES = ("cost-efficiency-appc", "hetis-cluster", "llama70b-pp", "quickstart", "three-regions", "tiny-cpu")
 CASES = {  # case -> (old spec, new spec)
     "budget-cut": ("examples/quickstart/spec.yaml", "tests/explain_cases/quickstart-budget-cut.yaml"),
     "lost-l4": ("examples/quickstart/spec.yaml", "tests/explain_cases/quickstart-lost-l4.yaml"),

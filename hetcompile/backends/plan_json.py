@@ -155,13 +155,17 @@ def plan_doc(ir: Problem) -> PlanDoc:
         passes=tuple(PassSummary(name=p.name, status=p.status, objective=p.objective, bound=p.bound, gap=p.gap, notes=p.notes)
                      for p in ir.reports),
         placement=ir.placements,
+        primary_workers=ir.primary_workers or None,
         next_replica=next_replica(ir),
     )
 
 
 def plan_dict(ir: Problem) -> dict:
     """plan.json's content (JSON types, not yet rounded: dumps_json rounds)."""
-    return plan_doc(ir).model_dump(mode="json")
+    out = plan_doc(ir).model_dump(mode="json")
+    if out.get("primary_workers") is None:
+        out.pop("primary_workers", None)  # plans selection did not change keep their bytes
+    return out
 
 
 def timings_dict(ir: Problem) -> dict:

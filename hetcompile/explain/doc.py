@@ -130,6 +130,8 @@ def explanation_doc(e: Explanation) -> Doc:
     ]
     if e.placement:
         sections.append(Section("Placement", tuple(placement_blocks(e.placement))))
+    if e.primary_workers:
+        sections.append(Section("Primary workers (Hetis §4.1)", tuple(primary_worker_lines(e.primary_workers))))
     if e.notes:
         sections.append(Section("Notes", tuple(f"- {n}" for n in e.notes)))
     return Doc(f"Plan `{e.plan}`", tuple(intro), tuple(sections))
@@ -137,6 +139,17 @@ def explanation_doc(e: Explanation) -> Doc:
 
 def _scalar(v: object) -> str:
     return num(v, 6) if isinstance(v, float) else str(v)
+
+
+def primary_worker_lines(block: object) -> list[str]:
+    """Per replica the selection's sentences (plan.json `primary_workers[].text`): GPUs left out, why,
+    what became of them, and the attention-worker estimate (analysis only, not deployable)."""
+    out = []
+    for w in block if isinstance(block, list) else [block]:
+        lines = [str(t) for t in (w.get("text") or [])] if isinstance(w, dict) else [str(w)]
+        if lines:
+            out.append("- " + lines[0] + "".join(f"\n  - {t}" for t in lines[1:]))
+    return out
 
 
 def placement_blocks(block: object) -> list[str | Table]:

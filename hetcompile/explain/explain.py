@@ -284,5 +284,6 @@ def explain_plan(plan: dict) -> Explanation:
         estimates=tuple(EstimateGroup(source=s, replicas=tuple(ids), text=ESTIMATE_TEXT.get(s, "not described by this version"))
                         for s, ids in sorted(groups.items())),
         placement=plan.get("placement"),
+        primary_workers=plan.get("primary_workers"),
         notes=notes(plan, views, cost),
     )

@@ -192,6 +192,9 @@ class Explanation(_Frozen):
     solver: Annotated[SolverView, Field(description="objective, bound and gap")]
     estimates: Annotated[tuple[EstimateGroup, ...], Field(description="where each estimate came from")]
     placement: Annotated[Any, Field(description="the plan's placement block as plan.json has it (null when absent)")] = None
+    primary_workers: Annotated[Any, Field(
+        description="Hetis primary-worker selection per replica as plan.json has it: GPUs left out, why, what was done with "
+                    "them, and what they would add as attention workers (not deployable on vLLM 0.33); absent when none")] = None
     notes: Annotated[tuple[str, ...], Field(description="anything unusual, in words")]
 
 

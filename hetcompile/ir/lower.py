@@ -50,6 +50,7 @@ def _gpu_types(spec: Spec) -> dict[str, GpuType]:
             source="spec",
             eta_memory=base.eta_memory if base else None,
             eta_compute=base.eta_compute if base else None,
+            compute_capability=g.compute_capability or (base.compute_capability if base else None),
         )
     return user
 
@@ -67,6 +68,28 @@ def _resolve_gpu(name: str, user: dict[str, GpuType], smap: SourceMap, path: tup
         smap.value(path),
         hint=f"known GPUs: {', '.join(known)}; or define it under `gpus:` (memory, fp16_tflops, bandwidth)",
     )
+
+
+VLLM_MIN_COMPUTE_CAPABILITY = (7, 0)  # vLLM 0.33's CUDA kernels are built for sm_70 and newer (Volta+)
+
+
+def _check_vllm_runs(gpu: GpuType, smap: SourceMap, path: tuple) -> None:
+    """An offer of a GPU vLLM 0.33 cannot run (compute capability below 7.0, e.g. P100 sm_60) is
+    refused where it is written, not planned: no replica on it would start."""
+    cc = gpu.compute_capability
+    if cc is None:
+        return
+    try:
+        major, minor = (int(x) for x in cc.split(".", 1)) if "." in cc else (int(cc), 0)
+    except ValueError:
+        raise SpecError(f"GPU {gpu.name}: cannot read compute capability {cc!r}; write e.g. '8.0'", smap.value(path)) from None
+    if (major, minor) < VLLM_MIN_COMPUTE_CAPABILITY:
+        need = ".".join(map(str, VLLM_MIN_COMPUTE_CAPABILITY))
+        raise SpecError(
+            f"vLLM 0.33 cannot run on {gpu.name}: compute capability {cc} (sm_{major}{minor}) is below the {need} "
+            "its CUDA kernels need", smap.value(path),
+            hint="drop this offer, or pick a Volta (V100) or newer GPU",
+        )
 
 
 def _models(spec: Spec, smap: SourceMap) -> tuple[Model, ...]:
@@ -179,6 +202,7 @@ def _offers(spec: Spec, smap: SourceMap, user: dict[str, GpuType]) -> tuple[tupl
         for oi, o in enumerate(r.offers):
             path = ("regions", ri, "offers", oi)
             gpu = _resolve_gpu(o.gpu, user, smap, path + ("gpu",))
+            _check_vllm_runs(gpu, smap, path + ("gpu",))
             price = o.price if o.price is not None else gpu.price_per_hour
             if price is None:
                 raise SpecError(f"no price for {gpu.name} in {r.name}", smap.value(path), hint="add `price: $X/h` (per GPU-hour)")
@@ -298,8 +322,14 @@ def _placement(spec: Spec, smap: SourceMap, base: Path, models: dict[str, Model]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
         raise SpecError(f"two layer profiles for model {dup[0]}, GPU {dup[1]}, tp {dup[2]}", smap.value(("placement",)))
+    if not 0.0 <= pl.delta < 1.0:
+        raise SpecError(
+            f"placement delta {pl.delta:g} is out of range: a GPU stays out of a replica when removing it raises the "
+            "dense cost by less than delta, so delta must be in [0, 1)", smap.value(("placement", "delta")),
+            hint="0.05 (5%) is Hetis's default; 0 keeps every GPU placement chose",
+        )
     return PlacementConfig(
-        pipelines=pl.pipelines, objective=pl.objective, compare_shared=pl.compare_shared,
+        delta=pl.delta, pipelines=pl.pipelines, objective=pl.objective, compare_shared=pl.compare_shared,
         partial_inference=pl.partial_inference, coordinator=pl.coordinator or spec.regions[0].name,
         layer_profiles=tuple(sorted(out, key=lambda p: (p.model, p.gpu, p.tp))),
     )

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetcompile.ir.names import Name, NodeId, PlanName, ReplicaId
-from hetcompile.ir.problem import Binding, ModelPlacement
+from hetcompile.ir.problem import Binding, ModelPlacement, PrimaryWorkers
 from hetcompile.perf.stepmodel import ReplicaModel
 
 PLAN_FORMAT = "hetcompile-plan/1"
@@ -163,4 +163,9 @@ class PlanDoc(_Doc):
     totals: Totals
     passes: tuple[PassSummary, ...]
     placement: Annotated[tuple[ModelPlacement, ...], Field(description="mixed pipelines: what placement found per model")] = ()
+    primary_workers: Annotated[
+        tuple[PrimaryWorkers, ...] | None,
+        Field(description="mixed pipelines: Hetis primary-worker selection per replica, GPUs left out and what they would add "
+                          "as attention workers (absent when selection changed nothing)"),
+    ] = None
     next_replica: Annotated[int, Field(ge=0, le=999_999_999, description="replica ids r0 .. r{next_replica-1} are taken, in this plan or earlier ones")]

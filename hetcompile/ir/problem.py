@@ -33,6 +33,7 @@ class GpuType(Frozen):
     source: Annotated[str, Field(description="where the numbers come from")] = ""
     eta_memory: Annotated[float | None, Field(gt=0, le=1, description="achieved fraction of mem_bw in decode (None: the model's default)")] = None
     eta_compute: Annotated[float | None, Field(gt=0, le=1, description="achieved fraction of flops in prefill (None: the model's default)")] = None
+    compute_capability: Annotated[str | None, Field(description="CUDA compute capability, e.g. '8.0' (None: unknown)")] = None
 
 
 class ModelArch(Frozen):
@@ -147,6 +148,7 @@ class PlacementConfig(Frozen):
     partial_inference: bool = False
     coordinator: str = ""
     layer_profiles: tuple[LayerProfile, ...] = ()
+    delta: Annotated[float, Field(ge=0, lt=1, description="Hetis selection threshold (placement/hetis.py)")] = 0.05
 
 
 class PerfEntry(Frozen):
@@ -301,6 +303,49 @@ class ModelPlacement(Frozen):
     chains: tuple[ChainSummary, ...] = ()
 
 
+class LeftOutGpus(Frozen):
+    """place (mixed): GPUs of one type that Hetis primary-worker selection kept out of a replica."""
+
+    gpu: str
+    gpus: int
+    nodes: tuple[str, ...] = Field(description="pool node ids (a TP slice as <node>#<j>)")
+    adds: float = Field(description="C(kept) / C(kept + these) - 1: what they would add to the replica's dense speed (< delta)")
+    fate: Literal["moved", "not-rented", "idle", "kept-in"] = Field(
+        description="moved to another replica, not rented (cost saved), owned and idle, or kept in (the plan without "
+                    "them served less)")
+    to_replica: str | None = None
+    saved_per_s: float = Field(default=0.0, description="$/s not paid because they are not rented")
+
+
+class AttentionWorkers(Frozen):
+    """What left-out GPUs would add as Hetis Attention workers (perf/attention.py); NOT deployable on vLLM 0.33."""
+
+    gpus: int
+    kv_tokens: float
+    kv_tokens_with: float
+    decode_tokens_per_s: float
+    decode_tokens_per_s_with: float
+    offload_share: float = Field(description="rho: share of the query heads offloaded (0: offload does not pay)")
+    transfer_s_per_layer: float = Field(description="eq. 4 per layer per step at the chosen share: 2 alpha + beta V b")
+    link_latency_s: float
+    link_bandwidth: float
+
+
+class PrimaryWorkers(Frozen):
+    """place (mixed): Hetis primary-worker selection (seed 001 §4.1, placement/hetis.py) for one replica."""
+
+    model: str
+    replica: str
+    delta: float
+    kept: tuple[tuple[str, int], ...] = Field(description="GPU type -> GPUs kept as primary workers")
+    dense_cost_s: float = Field(description="C(kept): max stage dense cost per step, s (unified stages, perfect scaling)")
+    full_dense_cost_s: float = Field(description="C with every GPU placement gave the replica")
+    applied: bool
+    left_out: tuple[LeftOutGpus, ...] = ()
+    attention: AttentionWorkers | None = None
+    text: tuple[str, ...] = Field(default=(), description="what plan.md and explain say")
+
+
 class PreviousReplica(Frozen):
     id: str
     model: str
@@ -358,6 +403,7 @@ class Problem(Frozen):
     replicas: tuple[Replica, ...] | None = None
     routing: RoutingTable | None = None
     placements: tuple[ModelPlacement, ...] = ()
+    primary_workers: tuple[PrimaryWorkers, ...] = ()
     previous: PreviousPlan | None = None
     reports: tuple[PassReport, ...] = ()
 

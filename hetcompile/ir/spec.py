@@ -61,6 +61,10 @@ MeasuredRate = _unit(units.parse_rate, "a measured rate", "2.4/s", ge=0)
 Share = _unit(units.parse_fraction, "a share", "70%", gt=0, le=1)
 Gap = _unit(units.parse_fraction, "a gap", "1%", ge=0, lt=1)
 Fraction = _unit(units.parse_fraction, "a fraction", "1%", ge=0, le=1)
+# Hetis's selection threshold: a GPU stays out of a replica when removing it raises the dense cost
+# by less than delta, so delta < 1 (100% would leave out every GPU that does not double the speed)
+Delta = _unit(units.parse_fraction, "placement delta (Hetis's selection threshold; 5% is its default, 0 keeps every GPU)",
+              "5%", ge=0, lt=1)
 
 # Upper bounds of counts: far above any real deployment, low enough that no pass overflows a
 # solver's int32 or builds an absurd table from a typo.
@@ -221,6 +225,9 @@ class GpuSpec(_Spec):
     interconnect: Annotated[
         Bandwidth | None, Field(default=None, description="GPU-GPU bandwidth inside a node (default PCIe 4: 32GB/s)")
     ] = None
+    compute_capability: Annotated[
+        str | None, Field(default=None, description="CUDA compute capability, e.g. '8.0' (vLLM 0.33 needs >= 7.0)")
+    ] = None
 
 
 class StepCoefficients(_Spec):
@@ -311,6 +318,10 @@ class PlacementSpec(_Spec):
         tuple[str | LayerProfileSpec, ...],
         Field(default=(), description="per-node T(k) tables: inline, or YAML files (a list) relative to the spec"),
     ] = ()
+    delta: Annotated[
+        Delta, Field(default=0.05, description="mixed: Hetis primary-worker selection (seed 001 §4.1): a GPU whose "
+                        "removal raises a replica's dense cost by less than this stays out of it, e.g. 5%; 0 turns it off")
+    ] = 0.05
 
 
 class Spec(_Spec):

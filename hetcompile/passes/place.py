@@ -42,6 +42,7 @@ from hetcompile.ir.problem import (
     Stage,
 )
 from hetcompile.passes.base import Pass, PassContext
+from hetcompile.passes import place_hetis
 from hetcompile.passes.place_problem import chain_estimate, chain_tokens_per_s, placement_problem
 from hetcompile.passes.rates import max_scale
 from hetcompile.passes.solve import SolverOptions
@@ -211,7 +212,7 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
     final_nodes: dict[str, Node] = {}
     out: list[Replica] = []  # replica ids r0, r1, ... in model order
     lp: dict[str, tuple[float, dict[tuple[str, str], float]]] = {}  # model -> theta, x_{r,w} (rates.py)
-    summaries, notes = [], []
+    summaries, notes, primary = [], [], []
     status, objective, bound, gap = "ok", None, None, None
     for m in ir.models:
         ws = [w for w in ir.workloads if w.model == m.name]
@@ -237,6 +238,10 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
         da_c = sum(chain_eval(pp, u).capacity for u in units_c.values())
         full_c = sum(chain_tokens_per_s(pp, u) for u in units_c.values())
         chains = list(res.chains) if res is not None else []
+        # Hetis primary-worker selection (seed 001 §4.1): units adding < delta leave their chain
+        chains, hetis_recs = place_hetis.select_chains(ir, pp, chains, ws, {n.id: n for n in pool}, opts)
+        if any(r.applied for r in hetis_recs):
+            res = place_hetis.result_with(pp, res, chains)
         if ir.previous is None:
             rid_of = {c.id: f"r{len(out) + i}" for i, c in enumerate(chains)}
         else:  # a chain on exactly the nodes of a running replica keeps its id; any other gets a fresh one
@@ -265,6 +270,8 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
                 out.append(Replica(id=rid, model=m.name, shape=f"{m.name}|chain|{gpus}|tp{c.tp}|pp{c.depth}|{c.id}",
                                    stages=stages, dtype="bfloat16", estimate=ests_p[rid]))
             lp[m.name] = (theta_p, x_p)
+            if any(r.applied for r in hetis_recs):  # a plan selection did not change says nothing new
+                primary += place_hetis.to_ir(m.name, cfg.delta, hetis_recs, {c.id: c for c in chains}, rid_of, slice_id)
         else:
             # only replicas that run by the spec's own layer profiles (compose_units left the others
             # out of theta_c): keeping them would emit a stage that holds more layers than fit
@@ -318,6 +325,7 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
     return ir.model_copy(update={
         "nodes": tuple(sorted(final_nodes.values(), key=lambda n: (n.region, n.gpu, natural_key(n.id)))),
         "replicas": tuple(out), "composition": _composition(ir, out, lp), "placements": tuple(summaries),
+        "primary_workers": tuple(primary),
         "reports": (*ir.reports, report),
     })
 

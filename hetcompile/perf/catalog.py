@@ -70,6 +70,7 @@ def lookup_gpu(name: str) -> GpuType | None:
         source=str(row.get("source", "")),
         eta_memory=row.get("eta_memory"),
         eta_compute=row.get("eta_compute"),
+        compute_capability=str(row["compute_capability"]) if row.get("compute_capability") else None,
     )
 
 
