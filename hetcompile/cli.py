@@ -339,7 +339,18 @@ def simulate(
     from rich.console import Group
 
     out.print(Group(*rich_renderables(Doc(f"simulation of {plan.plan}", (), (simulation_section(doc),)))))
+    _print_tail_advice(plan, doc)
     err.print(f"wrote {target}")
+
+
+def _print_tail_advice(plan, doc) -> None:
+    """How long a run must be for the p99 it printed (simulate/tail.py), and where this one fell short."""
+    from hetcompile.simulate.tail import tail_advice
+
+    advice = tail_advice(plan, doc)
+    out.print(advice.statement(), markup=False, soft_wrap=True)
+    for w in advice.warnings:
+        err.print(f"warning: {w}", markup=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -299,3 +299,33 @@ def test_deep_pipeline_is_not_over_promised(depth: int, shape: tuple[int, int]) 
 def test_deep_pipeline_cohorts() -> None:
     """PP3 chat (763 in / 232 out) at saturation with identical requests: 0.77x the formula."""
     assert _saturation_ratio(_l40s_70b(3), 763, 232) >= 0.90
+
+
+def test_tail_rule_numbers() -> None:
+    from hetcompile.simulate.tail import relaxation_s, requests_for_quantile
+
+    assert requests_for_quantile(0.99) == 1000 and requests_for_quantile(0.9) == 100
+    assert relaxation_s(0.9, 7.0) == pytest.approx(1 / (7.0 * (1 - 0.9**0.5) ** 2))  # ~55 s
+    assert relaxation_s(1.0, 7.0) == float("inf")
+
+
+def test_cli_warns_when_the_run_is_too_short_for_its_p99(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plan.json").write_text(TINY.read_text())
+    runner = CliRunner()
+    # half the planned load: the queues settle in about a second, the p99 needs 1000 requests
+    short = runner.invoke(app, ["simulate", str(out), "--duration", "3s", "--load", "0.5"])
+    assert short.exit_code == 0, short.output
+    assert "tail: a p99 needs >= 1000 completed requests per workload" in short.output
+    assert "warning: p99 of workload 'long' comes from" in short.output  # 'short' arrives fast enough
+    assert "warning: run --duration 11s or longer for a p99 to trust" in short.output
+    long = runner.invoke(app, ["simulate", str(out), "--duration", "20s", "--load", "0.5"])
+    assert long.exit_code == 0 and "--duration >= 11s" in long.output and "warning:" not in long.output
+    # at the planned load tiny-cpu's replicas are sized to their full capacity: no steady tail
+    full = runner.invoke(app, ["simulate", str(out), "--duration", "20s"])
+    assert "replica r0 is offered 100% of its capacity" in full.output
+    assert "no duration shows a steady p99" in full.output
+    # at 90% of it the queue settles over ~3 s (relaxation x 3): a 2 s warm-up understates the tail
+    near = runner.invoke(app, ["simulate", str(out), "--duration", "20s", "--load", "0.9"])
+    assert "runs at 90.0% of its capacity" in near.output and "understates the tail" in near.output

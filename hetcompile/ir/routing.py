@@ -16,6 +16,14 @@ Semantics:
   computes it); the kv-aware policy masks a replica whose estimated in-flight KV exceeds it.
 - `prefill_tokens_per_s` / `decode_tokens_per_s` let the min-max policy (seed 004, Alg. 2)
   estimate a request's processing time T = I / prefill + O / decode.
+- Admission (issue 18): the router keeps at most `planned_concurrency + max_queue` requests in
+  flight on a replica (C running, as the plan sized it, plus a queue that drains at
+  `capacity_requests_per_s` within the TTFT budget); a new request that finds every candidate
+  full gets 429 with Retry-After instead of an unbounded wait. Absent fields: no bound.
+- `first_byte_timeout_s`: an attempt that has sent the client nothing after this long (the
+  first SSE chunk of a stream; the response head of a plain request, plus the time its
+  `max_tokens` may take) is abandoned and retried on another replica, and counts toward
+  ejecting the replica, whatever its /health says. Absent: the router's default (30 s).
 """
 
 from __future__ import annotations
@@ -82,6 +90,18 @@ class RoutedReplica(_Frozen):
     decode_tokens_per_s: Annotated[float, Field(gt=0, description="estimated output tokens/s at full batch")]
     api_key_env: Annotated[
         str | None, Field(default=None, description="name of the env var holding the backend's bearer token")
+    ] = None
+    planned_concurrency: Annotated[
+        int | None, Field(default=None, ge=1, description="C: requests the plan sized the replica to run at once")
+    ] = None
+    max_queue: Annotated[
+        int | None, Field(default=None, ge=0, description="requests admitted beyond C to wait in the replica's queue")
+    ] = None
+    capacity_requests_per_s: Annotated[
+        float | None, Field(default=None, gt=0, description="h: requests/s at capacity for the planned mix (queue drain rate)")
+    ] = None
+    first_byte_timeout_s: Annotated[
+        float | None, Field(default=None, gt=0, description="seconds an attempt may go without a first byte before it fails over")
     ] = None
     gpu: Annotated[str, Field(default="", description="GPU type(s), informational")] = ""
     region: Annotated[str, Field(default="", description="region, informational")] = ""

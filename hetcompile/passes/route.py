@@ -7,6 +7,17 @@ the same kind of flow-proportional weights with IWRR). Class rules, when the spe
 but the last matches prompts shorter than the geometric mean of its and the next class's input
 (or, when inputs tie, max_tokens below the geometric mean of the outputs); the last class
 matches everything else.
+
+Admission limits (issue 18, the router protects the promise): each replica gets C, the
+requests its capacity estimate runs at once, and a queue Q that drains within the TTFT budget:
+by Little's law Q requests ahead of a newcomer leave in Q / h seconds at the capacity h, so
+Q = floor(h x budget). The budget is the workload's TTFT SLO, or without one
+DEFAULT_TTFT_FACTOR x the predicted TTFT at capacity, at least DEFAULT_TTFT_FLOOR_S. A replica
+serving several workloads takes the rate-weighted mean of their C, h and Q (its planned mix).
+The first-byte timeout is FIRST_BYTE_FACTOR x the longest wait an admitted request should see
+(budget + predicted TTFT), clamped to [FIRST_BYTE_MIN_S, FIRST_BYTE_MAX_S]: far enough above
+the promise that a loaded but working replica never trips it, soon enough that a hung one is
+left before clients give up.
 """
 
 from __future__ import annotations
@@ -26,6 +37,11 @@ from hetcompile.ir.routing import (
 from hetcompile.passes.base import Pass, PassContext
 
 WEIGHT_DIGITS = 6
+DEFAULT_TTFT_FACTOR = 4.0
+DEFAULT_TTFT_FLOOR_S = 1.0
+FIRST_BYTE_FACTOR = 4.0
+FIRST_BYTE_MIN_S = 5.0
+FIRST_BYTE_MAX_S = 60.0
 
 
 def class_rules(workloads: list) -> dict[str, ClassMatch]:
@@ -43,6 +59,44 @@ def class_rules(workloads: list) -> dict[str, ClassMatch]:
             else:
                 rules[w.name] = ClassMatch(max_tokens_max=max(1, round(math.sqrt(w.output_tokens * nxt.output_tokens))))
     return rules
+
+
+def ttft_budget(w, predicted_ttft: float) -> float:
+    """Seconds a request of workload `w` may wait for its first token: its SLO, else a default."""
+    if w.ttft_slo is not None:
+        return w.ttft_slo
+    return max(DEFAULT_TTFT_FLOOR_S, DEFAULT_TTFT_FACTOR * predicted_ttft)
+
+
+def admission(replica, workloads: dict, rates: dict[str, float]) -> dict:
+    """Planned concurrency C, queue Q, capacity h and first-byte timeout of one replica.
+
+    `rates` is the replica's planned req/s per workload; only the workloads it serves count,
+    and without any (a replica the plan gives no traffic) every one it could serve, equally.
+    """
+    est = replica.estimate
+    conc, cap, ttft = dict(est.concurrency), dict(est.throughput_rps), dict(est.ttft_s)
+    names = [w for w in conc if cap.get(w, 0) > 0 and w in workloads]
+    if not names:
+        return {}
+    mix = {w: rates[w] for w in names if rates.get(w, 0.0) > 0}
+    if not mix:
+        mix = {w: 1.0 for w in names}
+    total = sum(mix.values())
+    c = q = h = wait = 0.0
+    for w, share in mix.items():
+        f = share / total
+        budget = ttft_budget(workloads[w], ttft.get(w, 0.0))
+        c += f * conc[w]
+        h += f * cap[w]
+        q += f * math.floor(cap[w] * budget)
+        wait = max(wait, budget + ttft.get(w, 0.0))
+    return {
+        "planned_concurrency": max(1, math.floor(c)),
+        "max_queue": max(1, math.floor(q)),  # at least one waiting: a replica is never refused while it works
+        "capacity_requests_per_s": round(h, 6),
+        "first_byte_timeout_s": round(min(FIRST_BYTE_MAX_S, max(FIRST_BYTE_MIN_S, FIRST_BYTE_FACTOR * wait)), 3),
+    }
 
 
 def routing_table(ir: Problem) -> RoutingTable:
@@ -73,15 +127,17 @@ def routing_table(ir: Problem) -> RoutingTable:
             )
         models.append(RoutedModel(name=m.served_name, classes=tuple(classes)))
     replicas = []
+    by_name = {w.name: w for w in ir.workloads}
     for r in ir.replicas:
         est = r.estimate
+        rates = {wn: v for (rid, wn), v in per_replica.items() if rid == r.id}
         replicas.append(
             RoutedReplica(
                 id=r.id, model=ir.model(r.model).served_name, endpoint=None, kv_capacity_tokens=max(1, est.kv_capacity_tokens),
                 max_num_seqs=ir.engine.max_num_seqs, prefill_tokens_per_s=round(est.prefill_tokens_per_s, 3),
                 decode_tokens_per_s=round(est.decode_tokens_per_s, 3),
                 gpu="+".join(sorted({s.gpu for s in r.stages})), region="+".join(sorted({s.region for s in r.stages})),
-                api_key_env=VLLM_KEY_ENV,
+                api_key_env=VLLM_KEY_ENV, **admission(r, by_name, rates),
             )
         )
     return RoutingTable(

@@ -31,6 +31,7 @@ from hetcompile.ir.routing import POLICIES
 from hetcompile.router.health import HealthMonitor
 from hetcompile.router.metrics import RouterMetrics
 from hetcompile.router.proxy import Proxy, error_response, invalid_request
+from hetcompile.router.state import Limits
 from hetcompile.router.table import RouteTable, RouterError, compile_table, load_table
 from hetcompile.router.upstream import UpstreamPool
 
@@ -55,6 +56,12 @@ class RouterOptions:
     upstream_keepalive: float = 4.0  # idle pooled connections are closed before vLLM's (uvicorn, 5 s) do
     access_log: bool = False
     shutdown_timeout: float = 30.0  # grace for in-flight requests on stop
+    # admission bound per replica: None = the plan's (planned_concurrency + max_queue in the
+    # table), 0 = none, N = N for every replica; a new request finding every candidate full gets 429
+    max_inflight: int | None = None
+    # seconds an attempt may go without a first byte before it fails over: None = the table's
+    # per-replica first_byte_timeout_s (else 30 s)
+    first_byte_timeout: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("connect_timeout", "read_timeout", "health_interval", "health_timeout", "kv_high_water", "theta"):
@@ -64,6 +71,10 @@ class RouterOptions:
             raise RouterError("option max_body_bytes must be >= 1024")
         if self.max_retries < 0 or self.fail_threshold < 1 or self.rise_threshold < 1:
             raise RouterError("max_retries must be >= 0, fail_threshold and rise_threshold >= 1")
+        if self.max_inflight is not None and self.max_inflight < 0:
+            raise RouterError(f"option max_inflight must be >= 0 (0: no bound), got {self.max_inflight}")
+        if self.first_byte_timeout is not None and not self.first_byte_timeout > 0:
+            raise RouterError(f"option first_byte_timeout must be > 0, got {self.first_byte_timeout}")
 
 
 class Router:
@@ -99,7 +110,9 @@ class Router:
         o = self.options
         source = load_table(self.table_path)
         try:
-            t = compile_table(source, previous, policy_override=self.policy_override, high_water=o.kv_high_water, theta=o.theta)
+            limits = Limits(max_inflight=o.max_inflight, first_byte_timeout=o.first_byte_timeout)
+            t = compile_table(source, previous, policy_override=self.policy_override, high_water=o.kv_high_water,
+                              theta=o.theta, limits=limits)
         except ValueError as e:
             raise RouterError(f"routing table {self.table_path}: {e}") from None
         self.metrics.table_info.values = {(t.source.plan, t.source.spec_hash): 1.0}
@@ -258,6 +271,8 @@ def build_app(router: Router) -> web.Application:
                 "observed_kv_usage": r.obs_kv,
                 "observed_running": r.obs_running,
                 "observed_waiting": r.obs_waiting,
+                "max_inflight": r.max_inflight,
+                "first_byte_timeout_s": r.first_byte_timeout,
             }
             for r in t.replicas.values()
         }

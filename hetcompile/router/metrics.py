@@ -165,14 +165,19 @@ class RouterMetrics:
         self._replicas = replicas
         r = self.registry = Registry()
         self.requests = r.add(Counter(P + "requests_total", "Requests answered, by model, workload class and HTTP status.", ("model", "class", "code")))
-        self.errors = r.add(Counter(P + "errors_total", "Errors by kind (upstream_connect, upstream_5xx, stream_broken, no_replica, bad_request, client_disconnect, ...).", ("kind",)))
+        self.errors = r.add(Counter(P + "errors_total", "Errors by kind (upstream_connect, first_byte_timeout, upstream_5xx, stream_broken, no_replica, bad_request, client_disconnect, ...).", ("kind",)))
         self.retries = r.add(Counter(P + "retries_total", "Failed attempts that were retried (on another replica while one is left), by the replica that failed.", ("replica",)))
         self.choices = r.add(Counter(P + "policy_choices_total", "Replica choices, by policy and replica.", ("policy", "replica")))
         self.kv_overflow = r.add(Counter(P + "kv_overflow_total", "kv-aware choices made with every candidate masked, by model and class.", ("model", "class")))
+        self.rejected = r.add(Counter(P + "rejected_total", "New requests refused with 429 because every candidate replica was at its admission bound, by model and class.", ("model", "class")))
         self.reloads = r.add(Counter(P + "reloads_total", "Routing table reloads, by result.", ("result",)))
         self.latency = r.add(Histogram(P + "request_duration_seconds", "Time from request received to response finished, by model.", ("model",)))
         self.ttfb = r.add(Histogram(P + "upstream_first_byte_seconds", "Time from sending upstream to the first response byte, by replica.", ("replica",)))
         r.add(Gauge(P + "inflight_requests", "Requests in flight, by replica.", ("replica",), fn=lambda: self._per_replica(lambda s: s.inflight)))
+        r.add(Gauge(P + "max_inflight", "Admission bound: requests in flight beyond which new ones are refused (absent: unbounded), by replica.", ("replica",),
+                    fn=lambda: [((s.id,), float(s.max_inflight)) for s in self._replicas() if s.max_inflight is not None]))
+        r.add(Gauge(P + "first_byte_timeout_seconds", "Seconds an attempt may wait for its first byte before failing over, by replica.", ("replica",),
+                    fn=lambda: self._per_replica(lambda s: s.first_byte_timeout)))
         r.add(Gauge(P + "inflight_kv_tokens", "Estimated KV tokens of requests in flight (kv_s), by replica.", ("replica",), fn=lambda: self._per_replica(lambda s: s.inflight_kv)))
         r.add(Gauge(P + "kv_usage_ratio", "Corrected KV usage fraction u_s, by replica.", ("replica",), fn=lambda: self._per_replica(lambda s: s.kv_usage())))
         r.add(Gauge(P + "minmax_load", "min-max workload L_s of requests in flight, by replica.", ("replica",), fn=lambda: self._per_replica(lambda s: s.load)))

@@ -35,6 +35,12 @@ def build_parser(prog: str = "python -m hetcompile.router") -> argparse.Argument
     p.add_argument("--connect-timeout", type=float, default=d.connect_timeout)
     p.add_argument("--read-timeout", type=float, default=d.read_timeout)
     p.add_argument("--max-retries", type=int, default=d.max_retries)
+    p.add_argument("--max-inflight", type=int, default=d.max_inflight, metavar="N",
+                   help="requests in flight per replica before new ones get 429 (default: the plan's "
+                        "planned_concurrency + max_queue per replica; 0: no bound)")
+    p.add_argument("--first-byte-timeout", type=float, default=d.first_byte_timeout, metavar="S",
+                   help="seconds an attempt may go without a first byte before it fails over and counts "
+                        "against the replica (default: the plan's first_byte_timeout_s per replica, else 30)")
     p.add_argument("--health-interval", type=float, default=d.health_interval)
     p.add_argument("--fail-threshold", type=int, default=d.fail_threshold)
     p.add_argument("--rise-threshold", type=int, default=d.rise_threshold)
@@ -83,6 +89,8 @@ def build(a: argparse.Namespace):
         connect_timeout=a.connect_timeout,
         read_timeout=a.read_timeout,
         max_retries=a.max_retries,
+        max_inflight=a.max_inflight,
+        first_byte_timeout=a.first_byte_timeout,
         health_interval=a.health_interval,
         fail_threshold=a.fail_threshold,
         rise_threshold=a.rise_threshold,

@@ -18,7 +18,8 @@ Notation (Helix §5.1-§5.2; seed 004 §4, eq. 5-8 and Alg. 2):
 Policies (a picker per workload class; every picker only sees the replicas the plan gave the
 class a positive weight, that have an endpoint, that are healthy and not excluded by a retry;
 when health checks have ejected every such replica, all deployed ones are candidates again,
-"panic mode"):
+"panic mode"; a new request (`bounded`) sees only those below their admission bound, see
+state.py):
 
 - weighted: smooth weighted round robin (nginx's "smooth WRR", an interleaved WRR: every
   replica gets its share w_s of each window of picks, spread out, never in bursts; Helix §5.1).
@@ -161,21 +162,28 @@ class Picker:
         self.replicas = tuple(replicas)
         self.weights = tuple(weights)
 
-    def eligible(self, exclude: Sequence["ReplicaState"] | None) -> list[int]:
+    def eligible(self, exclude: Sequence["ReplicaState"] | None, bounded: bool = False) -> list[int]:
+        """Indexes of the replicas this request may go to; `bounded` keeps only those below their
+        admission bound (an empty answer then means every candidate is full: 429)."""
         reps = self.replicas
+        n = len(reps)
         if exclude:
-            el = [i for i in range(len(reps)) if reps[i].routable and reps[i] not in exclude]
+            el = [i for i in range(n) if reps[i].routable and reps[i] not in exclude]
         else:
-            el = [i for i in range(len(reps)) if reps[i].routable]
-        if el:
-            return el
-        # panic mode (Envoy's panic threshold at its extreme): when every deployed candidate
-        # is ejected, health checks are more likely wrong (overload, a network blip) than every
-        # replica dead, so try them all rather than refuse; a dead one fails over as usual
-        return [i for i in range(len(reps)) if reps[i].endpoint is not None and not (exclude and reps[i] in exclude)]
+            el = [i for i in range(n) if reps[i].routable]
+        if not el:
+            # panic mode (Envoy's panic threshold at its extreme): when every deployed candidate
+            # is ejected, health checks are more likely wrong (overload, a network blip) than
+            # every replica dead, so try them all rather than refuse; a dead one fails over
+            el = [i for i in range(n) if reps[i].endpoint is not None and not (exclude and reps[i] in exclude)]
+        if bounded:
+            # fullness never sends a request to an ejected replica: it is checked after panic mode
+            return [i for i in el if reps[i].has_room()]
+        return el
 
     def choose(
-        self, kv_tokens: float, prompt_tokens: float, output_tokens: float, exclude: Sequence["ReplicaState"] | None
+        self, kv_tokens: float, prompt_tokens: float, output_tokens: float, exclude: Sequence["ReplicaState"] | None,
+        bounded: bool = False,
     ) -> Choice | None:
         raise NotImplementedError
 
@@ -188,8 +196,8 @@ class WeightedPicker(Picker):
         super().__init__(replicas, weights)
         self.wrr = SmoothWRR(self.weights)
 
-    def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude):
-        i = self.wrr.pick(self.eligible(exclude))
+    def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude, bounded=False):
+        i = self.wrr.pick(self.eligible(exclude, bounded))
         return None if i is None else (self.replicas[i], 0.0, False)
 
 
@@ -202,8 +210,8 @@ class KvAwarePicker(Picker):
         self.wrr = SmoothWRR(self.weights)
         self.high_water = high_water
 
-    def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude):
-        el = self.eligible(exclude)
+    def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude, bounded=False):
+        el = self.eligible(exclude, bounded)
         if not el:
             return None
         reps = self.replicas
@@ -230,8 +238,8 @@ class MinMaxPicker(Picker):
         super().__init__(replicas, weights)
         self.theta = theta
 
-    def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude):
-        el = self.eligible(exclude)
+    def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude, bounded=False):
+        el = self.eligible(exclude, bounded)
         if not el:
             return None
         reps = [self.replicas[i] for i in el]
@@ -251,8 +259,8 @@ class RoundRobinPicker(Picker):
         super().__init__(replicas, weights)
         self.next = 0
 
-    def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude):
-        el = self.eligible(exclude)
+    def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude, bounded=False):
+        el = self.eligible(exclude, bounded)
         if not el:
             return None
         # the first eligible index at or after the cursor, wrapping around
@@ -269,8 +277,8 @@ class LeastOutstandingPicker(Picker):
         super().__init__(replicas, weights)
         self.next = 0
 
-    def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude):
-        el = self.eligible(exclude)
+    def choose(self, kv_tokens, prompt_tokens, output_tokens, exclude, bounded=False):
+        el = self.eligible(exclude, bounded)
         if not el:
             return None
         reps = self.replicas

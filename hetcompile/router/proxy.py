@@ -15,6 +15,19 @@ because the upstream read has an idle timeout. Only whole SSE events are written
 never leaves the client a torn event. When the client goes away, the handler is cancelled
 (`handler_cancellation=True`) and the upstream connection is closed, which aborts the
 request in vLLM.
+
+Admission (issue 18): a new request goes only to a replica below its admission bound (the
+plan's C + queue, state.py); when every candidate is full it is answered 429 with Retry-After at
+once, so the queue, hence the TTFT of what was admitted, stays bounded however far offered load
+exceeds the plan. An admitted request is never refused later: its failover prefers a replica
+with room and takes a full one rather than fail. Nothing already streaming is ever cut.
+
+First byte: an attempt that has sent the client nothing within the replica's first-byte
+timeout (the first SSE chunk of a stream, which vLLM sends after prefill; the head of a plain
+answer, which vLLM sends when the last token is done, so that deadline adds `max_tokens` of the
+slowest planned decode) is abandoned, counted against the replica like a failed connect, and
+retried elsewhere. A replica that accepts requests and never answers while /health says 200 is
+so ejected after `fail_threshold` attempts, in one timeout rather than the whole read timeout.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ from aiohttp import web
 
 from hetcompile.router.classify import BadRequest, match_class, parse_request, predicted_output_tokens
 from hetcompile.router.upstream import Response as UpstreamResponse
-from hetcompile.router.upstream import UpstreamError
+from hetcompile.router.upstream import ReadTimeout, UpstreamError
 
 if TYPE_CHECKING:
     from hetcompile.router.app import Router
@@ -67,6 +80,35 @@ def _sse_cut(buf: bytes) -> int:
     a = buf.rfind(b"\n\n")
     b = buf.rfind(b"\r\n\r\n")
     return max(a + 2 if a >= 0 else 0, b + 4 if b >= 0 else 0)
+
+
+def first_byte_deadline(replica: "ReplicaState", stream: bool, max_tokens: int | None, read_timeout: float) -> float:
+    """Seconds this attempt may take before the client would see its first byte.
+
+    A stream's first chunk comes after prefill: the replica's first-byte timeout. A plain
+    answer comes whole, after its last token: add `max_tokens` at the slowest planned decode
+    (`token_time`); without `max_tokens` its length is unknown and only `read_timeout` holds.
+    Never beyond `read_timeout`, the longest silence the router accepts at all.
+    """
+    t = replica.first_byte_timeout
+    if not stream:
+        if max_tokens is None:
+            return read_timeout
+        t += max(max_tokens, 0) * replica.token_time
+    return min(t, read_timeout)
+
+
+def overloaded(model: str, cls: str, replicas) -> web.Response:
+    """429 with Retry-After: every candidate replica of the class is at its admission bound."""
+    wait = min((r.retry_after for r in replicas if r.endpoint is not None), default=1)
+    resp = error_response(
+        429,
+        f"model {model!r} (class {cls!r}) is at the load its plan was sized for: every replica's queue "
+        f"is full; retry after {wait} s",
+        "RateLimitError",
+    )
+    resp.headers["Retry-After"] = str(wait)
+    return resp
 
 
 class _Retry(Exception):
@@ -144,11 +186,7 @@ class Proxy:
         last_error = "no replica was tried"
         resp: web.StreamResponse | None = None
         for attempt in range(self.max_retries + 1):
-            choice = picker.choose(kv_tokens, info.prompt_tokens, out_tokens, tried)
-            if choice is None and tried:
-                # every candidate failed once: back off, then let them be tried again
-                await asyncio.sleep(min(self.backoff * (2 ** (attempt - 1)), 1.0))
-                choice = picker.choose(kv_tokens, info.prompt_tokens, out_tokens, None)
+            choice = await self.pick(picker, kv_tokens, info.prompt_tokens, out_tokens, tried, attempt)
             if choice is None:
                 break
             replica, cost, overflow = choice
@@ -157,7 +195,8 @@ class Proxy:
                 m.kv_overflow.inc((model.name, cls.name))
             lease = replica.acquire(kv_tokens, cost)
             try:
-                resp = await self.forward(request, replica, lease, target, body, extra, info.stream, final=attempt == self.max_retries)
+                resp = await self.forward(request, replica, lease, target, body, extra, info.stream,
+                                          final=attempt == self.max_retries, max_tokens=info.max_tokens)
             except _Retry as r:
                 lease.release()
                 replica.passive_failure(self.fall)
@@ -177,7 +216,10 @@ class Proxy:
                 raise
             break
         if resp is None:
-            if not tried:
+            if not tried and any(r.endpoint is not None for r in picker.replicas):
+                m.rejected.inc((model.name, cls.name))
+                resp = overloaded(model.name, cls.name, picker.replicas)
+            elif not tried:
                 m.errors.inc(("no_replica",))
                 resp = error_response(503, f"no deployed replica for model {model.name!r} class {cls.name!r}", "ServiceUnavailableError")
             else:
@@ -186,6 +228,22 @@ class Proxy:
         m.requests.inc((model.name, cls.name, str(resp.status)))
         m.latency.observe((model.name,), time.perf_counter() - t0)
         return resp
+
+    async def pick(self, picker, kv_tokens: float, prompt_tokens: float, out_tokens: float,
+                   tried: list["ReplicaState"], attempt: int):
+        """The replica for this attempt, or None: at attempt 0 (admission) None means every
+        candidate is full or none is deployed; later, every candidate failed even after a backoff."""
+        if attempt == 0:
+            return picker.choose(kv_tokens, prompt_tokens, out_tokens, None, bounded=True)
+        # admitted already: prefer room, but a full replica beats losing the request
+        choice = (picker.choose(kv_tokens, prompt_tokens, out_tokens, tried, bounded=True)
+                  or picker.choose(kv_tokens, prompt_tokens, out_tokens, tried))  # fmt: skip
+        if choice is None:
+            # every candidate failed once: back off, then let them be tried again
+            await asyncio.sleep(min(self.backoff * (2 ** (attempt - 1)), 1.0))
+            choice = (picker.choose(kv_tokens, prompt_tokens, out_tokens, None, bounded=True)
+                      or picker.choose(kv_tokens, prompt_tokens, out_tokens, None))  # fmt: skip
+        return choice
 
     @staticmethod
     def unreadable_body(request: web.Request, e: Exception) -> web.Response:
@@ -211,6 +269,7 @@ class Proxy:
         extra: bytes,
         stream: bool,
         final: bool,
+        max_tokens: int | None = None,
     ) -> web.StreamResponse:
         """One attempt. Raises `_Retry` when it failed before the client saw anything."""
         head = (
@@ -218,15 +277,21 @@ class Proxy:
             + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
         )  # fmt: skip
         t0 = time.perf_counter()
+        first_byte = first_byte_deadline(replica, stream, max_tokens, self.router.options.read_timeout)
         try:
-            up = await self.router.upstream.request(replica.conn_key, head, body)
+            up = await self.router.upstream.request(replica.conn_key, head, body, timeout=first_byte)
+        except ReadTimeout:
+            raise _Retry("first_byte_timeout", f"no response within {first_byte:g} s") from None
         except _UPSTREAM_ERRORS as e:
             raise _Retry("upstream_connect", str(e) or repr(e)) from None
         try:
             self.m.ttfb.observe((replica.id,), time.perf_counter() - t0)
             ctype = up.headers.get("content-type", "application/json")
             if stream and up.status == 200 and ctype.startswith("text/event-stream"):
-                return await self.stream(request, up, replica, lease, ctype)
+                # the rest of the first-byte budget is for the first chunk (vLLM sends the head at once)
+                up.set_timeout(max(first_byte - (time.perf_counter() - t0), 1e-3))
+                return await self.stream(request, up, replica, lease, ctype, first_byte)
+            up.set_timeout(self.router.options.read_timeout)
             try:
                 data = await up.read()
             except _UPSTREAM_ERRORS as e:
@@ -248,16 +313,20 @@ class Proxy:
             up.release()
 
     async def stream(
-        self, request: web.Request, up: UpstreamResponse, replica: "ReplicaState", lease: "Lease", ctype: str
+        self, request: web.Request, up: UpstreamResponse, replica: "ReplicaState", lease: "Lease", ctype: str,
+        first_byte: float,
     ) -> web.StreamResponse:
         """Pass an SSE stream through, event by event, as the upstream produces it."""
         # the first chunk decides between retry (nothing sent yet) and streaming
         try:
             first = await up.readany()
+        except ReadTimeout:
+            raise _Retry("first_byte_timeout", f"no first chunk within {first_byte:g} s") from None
         except _UPSTREAM_ERRORS as e:
             raise _Retry("upstream_broken", str(e) or repr(e)) from None
         if not first:
             raise _Retry("upstream_broken", "stream ended before its first byte")
+        up.set_timeout(self.router.options.read_timeout)  # from here on, only silence is bounded
         out = web.StreamResponse(
             status=200,
             headers={

@@ -8,8 +8,10 @@ acquired from. Everything runs on one event loop: no locks.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
+from dataclasses import dataclass
 
 from hetcompile.ir.routing import RoutedReplica
 from hetcompile.router.policies import corrected_kv_usage
@@ -19,6 +21,38 @@ log = logging.getLogger("hetcompile.router")
 
 PASSIVE_BACKOFF_MIN = 5.0  # seconds out after the first passive ejection
 PASSIVE_BACKOFF_MAX = 120.0
+DEFAULT_FIRST_BYTE_TIMEOUT = 30.0  # seconds, for a table that does not state one per replica
+RETRY_AFTER_MAX = 60  # seconds: a 429's Retry-After never asks a client to wait longer
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Router-wide overrides of the table's per-replica admission bound and first-byte timeout.
+
+    max_inflight: None keeps each replica's planned bound (planned_concurrency + max_queue;
+    none when the table has neither), 0 turns bounds off, N > 0 bounds every replica at N.
+    first_byte_timeout: None keeps each replica's `first_byte_timeout_s` (else the default).
+    """
+
+    max_inflight: int | None = None
+    first_byte_timeout: float | None = None
+
+
+def admission_bound(spec: RoutedReplica, limits: Limits) -> int | None:
+    """Requests the router may have in flight on the replica; None: unbounded."""
+    if limits.max_inflight is not None:
+        return limits.max_inflight or None
+    if spec.planned_concurrency is None and spec.max_queue is None:
+        return None  # a table from before admission limits: behave as it always did
+    return (spec.planned_concurrency or spec.max_num_seqs) + (spec.max_queue or 0)
+
+
+def retry_after(queue: int, capacity_rps: float | None) -> int:
+    """Seconds a refused client should wait: the time the replica's queue takes to drain at its
+    capacity (the wait an admitted request was promised), 1 to RETRY_AFTER_MAX whole seconds."""
+    if not capacity_rps or queue <= 0:
+        return 1
+    return max(1, min(RETRY_AFTER_MAX, math.ceil(queue / capacity_rps)))
 
 
 def health_transition(healthy: bool, fails: int, oks: int, ok: bool, fall: int, rise: int) -> tuple[bool, int, int]:
@@ -46,10 +80,11 @@ class ReplicaState:
         "headers", "conn_key", "base_path", "head_static", "routable", "healthy", "fails", "oks",
         "inflight", "inflight_kv", "load",
         "obs_kv", "obs_running", "obs_waiting", "est_at_poll", "released_since_poll",
-        "passive_until", "passive_backoff",
+        "passive_until", "passive_backoff", "passive_fails", "max_inflight", "first_byte_timeout", "retry_after",
+        "token_time",
     )  # fmt: skip
 
-    def __init__(self, spec: RoutedReplica):
+    def __init__(self, spec: RoutedReplica, limits: Limits = Limits()):
         self.endpoint: str | None = None
         self.healthy = True  # optimistic until polling or passive failures say otherwise
         self.fails = 0
@@ -66,9 +101,10 @@ class ReplicaState:
         # kept out until this monotonic time, however many health probes pass meanwhile
         self.passive_until = 0.0
         self.passive_backoff = PASSIVE_BACKOFF_MIN
-        self.update_spec(spec)
+        self.passive_fails = 0  # consecutive failed proxied requests, apart from probes
+        self.update_spec(spec, limits)
 
-    def update_spec(self, spec: RoutedReplica) -> None:
+    def update_spec(self, spec: RoutedReplica, limits: Limits = Limits()) -> None:
         """Take the static fields of a (re)loaded table entry."""
         self.id = spec.id
         self.model = spec.model
@@ -86,6 +122,13 @@ class ReplicaState:
         self.max_num_seqs = spec.max_num_seqs
         self.prefill_tps = spec.prefill_tokens_per_s
         self.decode_tps = spec.decode_tokens_per_s
+        self.max_inflight = admission_bound(spec, limits)
+        self.first_byte_timeout = limits.first_byte_timeout or spec.first_byte_timeout_s or DEFAULT_FIRST_BYTE_TIMEOUT
+        queue = (self.max_inflight - (spec.planned_concurrency or 0)) if self.max_inflight else 0
+        self.retry_after = retry_after(queue, spec.capacity_requests_per_s)
+        # seconds per output token of one sequence in a full batch, doubled: the slowest decode
+        # the plan allows, which bounds how long a plain (non-streamed) answer may take
+        self.token_time = 2.0 * spec.max_num_seqs / spec.decode_tokens_per_s
         headers = {"Content-Type": "application/json"}
         if spec.api_key_env:
             key = os.environ.get(spec.api_key_env)
@@ -106,6 +149,10 @@ class ReplicaState:
         self.routable = self.endpoint is not None and self.healthy
 
     # -- request accounting ------------------------------------------------------------------
+
+    def has_room(self) -> bool:
+        """Below its admission bound: a new request may be sent here."""
+        return self.max_inflight is None or self.inflight < self.max_inflight
 
     def acquire(self, kv_tokens: float, load: float) -> "Lease":
         self.inflight += 1
@@ -146,18 +193,33 @@ class ReplicaState:
         return False
 
     def passive_failure(self, fall: int) -> None:
-        """A proxied request failed to connect or got a 5xx: counts toward ejection only.
+        """A proxied request failed to connect, got a 5xx or no first byte in time: counts toward
+        ejection only.
 
         Re-admission is left to the active /health poll, so live traffic never probes a
         replica that was ejected.
         """
-        if self.healthy and self.observe_health(False, fall, 1):
+        self.passive_fails += 1
+        if not self.healthy:
+            return
+        flipped = self.observe_health(False, fall, 1)  # live and probe failures add up
+        if not flipped and self.passive_fails >= fall:
+            # `fall` live failures in a row eject even when probes passed in between: a replica
+            # whose /health answers 200 while its completions hang resets `fails` every poll,
+            # and at low traffic its first-byte timeouts come further apart than the polls
+            self.healthy, self.oks = False, 0
+            self._refresh()
+            log.warning("replica %s (%s) ejected: %d requests in a row failed", self.id, self.endpoint, fall)
+            flipped = True
+        if flipped:
             # ejected by live traffic (requests failed or timed out, whatever /health says):
             # stay out for a back-off that doubles on each such ejection, then a probe re-admits
+            self.passive_fails = 0
             self.passive_until = time.monotonic() + self.passive_backoff
             self.passive_backoff = min(self.passive_backoff * 2, PASSIVE_BACKOFF_MAX)
 
     def passive_success(self) -> None:
+        self.passive_fails = 0
         if self.healthy:
             self.fails = 0
             self.passive_backoff = PASSIVE_BACKOFF_MIN

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from hetcompile.ir.errors import HetcompileError
 from hetcompile.ir.routing import ClassMatch, RoutingTable
 from hetcompile.router.policies import Picker, make_picker
-from hetcompile.router.state import ReplicaState
+from hetcompile.router.state import Limits, ReplicaState
 
 log = logging.getLogger("hetcompile.router")
 
@@ -117,6 +117,7 @@ def compile_table(
     policy_override: str | None = None,
     high_water: float = 0.95,
     theta: float = 2.0,
+    limits: Limits = Limits(),
 ) -> RouteTable:
     """Build the lookup structures; reuse `previous` states whose id and endpoint are unchanged."""
     previous = previous or {}
@@ -125,11 +126,11 @@ def compile_table(
         old = previous.get(spec.id)
         endpoint = spec.endpoint.rstrip("/") if spec.endpoint else None
         if old is not None and old.endpoint == endpoint:
-            old.update_spec(spec)
+            old.update_spec(spec, limits)
             replicas[spec.id] = old
         else:
             # a new or moved replica starts fresh; the old state lives on in its leases
-            replicas[spec.id] = ReplicaState(spec)
+            replicas[spec.id] = ReplicaState(spec, limits)
 
     models: dict[str, ModelRoute] = {}
     for m in table.models:

@@ -337,6 +337,10 @@ class Response:
             if h is not None:
                 h.cancel()
 
+    def set_timeout(self, timeout: float | None) -> None:
+        """The limit on each wait from now on (the proxy shortens it until the first byte)."""
+        self._timeout = timeout
+
     def _on_timeout(self) -> None:
         self._fail(ReadTimeout(f"no data from the replica for {self._timeout:g} s"))
 
@@ -489,12 +493,13 @@ class UpstreamPool:
                 host.error = str(e)
                 raise
 
-    async def request(self, key: ConnKey, head: bytes, body: bytes) -> Response:
-        """Send one request (`head` ends with the blank line) and wait for the response head."""
+    async def request(self, key: ConnKey, head: bytes, body: bytes, timeout: float | None = None) -> Response:
+        """Send one request (`head` ends with the blank line) and wait for the response head,
+        at most `timeout` seconds (default `read_timeout`)."""
         loop = asyncio.get_running_loop()
         conn, reused = await self._acquire(key)
         while True:
-            resp = Response(conn, loop, self.read_timeout)
+            resp = Response(conn, loop, self.read_timeout if timeout is None else timeout)
             conn.resp = resp
             try:
                 if conn.closed or conn.transport is None or conn.transport.is_closing():

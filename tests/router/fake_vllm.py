@@ -39,6 +39,9 @@ class Behavior:
     hang: bool = False  # never answer completions
     gate: asyncio.Queue | None = None  # streams: take one item before each chunk after the first
     max_tokens_cap: int | None = None  # answer at most this many tokens (fuzzed bodies ask for 2**53)
+    hold: asyncio.Event | None = None  # completions wait for this before answering (a full replica)
+    slots: int | None = None  # serve at most this many at once, the rest wait in FIFO order (vLLM's queue)
+    stall_first: bool = False  # streams: send the head, then never the first chunk (prefill hung)
 
 
 @dataclass
@@ -59,6 +62,9 @@ class FakeVllm:
         self.cancelled = 0
         self.health_polls = 0
         self.metrics_polls = 0
+        self.ahead: list[int] = []  # per completion request: how many were in flight when it arrived
+        self.peak_inflight = 0
+        self._slots: asyncio.Semaphore | None = None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self._ids = 0
@@ -145,26 +151,20 @@ class FakeVllm:
             if b.fail_count is not None:
                 b.fail_count -= 1
             return self._error(b.fail_status, "engine failed", "InternalServerError")
+        self.ahead.append(self.inflight)
         self.inflight += 1
+        self.peak_inflight = max(self.peak_inflight, self.inflight)
         try:
             if b.hang:
                 await asyncio.sleep(3600)
-            if b.delay:
-                await asyncio.sleep(b.delay)
-            n = (req.get("max_completion_tokens") if chat else None) or req.get("max_tokens") or b.tokens
-            if not isinstance(n, (int, float)):
-                return self._error(400, "max_tokens: Input should be a valid integer", "BadRequestError")  # vLLM's pydantic
-            n = int(n)  # 5.0 as vLLM takes it
-            if b.max_tokens_cap is not None:
-                n = max(0, min(n, b.max_tokens_cap))
-            self._ids += 1
-            rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.name}-{self._ids}"
-            if req.get("stream"):
-                resp = await self._stream(request, rid, n, chat)
-            else:
-                resp = self._whole(rid, n, chat)
-            self.completed += 1
-            return resp
+            if b.hold is not None:
+                await b.hold.wait()
+            if b.slots is not None:
+                if self._slots is None:
+                    self._slots = asyncio.Semaphore(b.slots)
+                async with self._slots:  # FIFO: asyncio's semaphore wakes waiters in order
+                    return await self._answer(request, req, b, chat)
+            return await self._answer(request, req, b, chat)
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
@@ -173,6 +173,25 @@ class FakeVllm:
             raise
         finally:
             self.inflight -= 1
+
+    async def _answer(self, request: web.Request, req: dict, b: Behavior, chat: bool) -> web.StreamResponse:
+        """Generate the answer (after any wait above): the delay, then the tokens."""
+        if b.delay:
+            await asyncio.sleep(b.delay)
+        n = (req.get("max_completion_tokens") if chat else None) or req.get("max_tokens") or b.tokens
+        if not isinstance(n, (int, float)):
+            return self._error(400, "max_tokens: Input should be a valid integer", "BadRequestError")  # vLLM's pydantic
+        n = int(n)  # 5.0 as vLLM takes it
+        if b.max_tokens_cap is not None:
+            n = max(0, min(n, b.max_tokens_cap))
+        self._ids += 1
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.name}-{self._ids}"
+        if req.get("stream"):
+            resp = await self._stream(request, rid, n, chat)
+        else:
+            resp = self._whole(rid, n, chat)
+        self.completed += 1
+        return resp
 
     def _error(self, status: int, msg: str, type_: str) -> web.Response:
         return web.json_response({"error": {"message": msg, "type": type_, "param": None, "code": status}}, status=status)
@@ -205,6 +224,8 @@ class FakeVllm:
         b = self.b
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "X-Backend": self.name})
         await resp.prepare(request)
+        if b.stall_first:
+            await asyncio.sleep(3600)  # headers out, no token: what a hung prefill looks like
         for i in range(n):
             if i > 0:
                 if b.gate is not None:

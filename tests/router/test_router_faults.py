@@ -51,7 +51,7 @@ def test_probe_readmits_after_the_backoff(tmp_path):
 
     st = ReplicaState.__new__(ReplicaState)
     st.healthy, st.fails, st.oks, st.endpoint, st.id = True, 0, 0, "http://127.0.0.1:1", "a"
-    st.passive_until, st.passive_backoff = 0.0, PASSIVE_BACKOFF_MIN
+    st.passive_until, st.passive_backoff, st.passive_fails = 0.0, PASSIVE_BACKOFF_MIN, 0
     st.passive_failure(2)
     assert st.healthy
     st.passive_failure(2)
