@@ -59,6 +59,7 @@ def compare(url: str, plan: PlanDoc, workload: str, rate: float | None, duration
     tpot = [(m.finish - m.first_token) / (m.output_tokens - 1) for m in inside if m.output_tokens > 1]
     return {
         "replica": rid, "workload": workload, "offered_rps": len(arr) / duration, "plan_capacity_rps": cap,
+        "requests": len(arr), "real_answered": len(real),
         "sim_rps": sw.throughput_requests_per_s, "real_rps": throughput(real, warm, duration),
         "sim_ttft_p50_s": sw.ttft_s.p50, "real_ttft_p50_s": float(np.percentile(ttft, 50)),
         "sim_tpot_p50_s": sw.tpot_s.p50, "real_tpot_p50_s": float(np.percentile(tpot, 50)),

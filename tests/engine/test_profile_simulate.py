@@ -75,4 +75,7 @@ def test_profile_then_simulate_against_real_vllm(tmp_path: Path) -> None:
     # a measurement of two processes minutes apart on a shared 2-core host (1.81 and 3.56 on busy
     # machines), so it lives in bench/simulate_vs_vllm.py, whose figures go in the issue notes.
     assert result["offered_rps"] > result["plan_capacity_rps"]
-    assert result["sim_rps"] > 0 and result["real_rps"] > 0
+    # every request of the trace was answered by the real server (when, depends on the machine's
+    # load: a busy host can push every completion past the measured window, real_rps 0)
+    assert result["real_answered"] == result["requests"] > 0
+    assert result["sim_rps"] > 0

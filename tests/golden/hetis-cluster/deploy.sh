@@ -63,9 +63,13 @@ launch() {  # cluster task.yaml SECRET...: managed secrets, their values from th
   sky launch -y -d -c "$cluster" "$task" "${args[@]}"
 }
 
+launch_group() {  # job-group.yaml: a replica whose stages mix GPU types (Kubernetes only)
+  sky jobs launch -y -d --secret HF_TOKEN --secret HC_VLLM_API_KEY "$1"
+}
+
 names=()
 pids=()
-launch hetis-cluster-r0 sky/r0.yaml HF_TOKEN HC_VLLM_API_KEY & pids+=($!); names+=(hetis-cluster-r0)
+launch_group sky/r0.yaml & pids+=($!); names+=(hetis-cluster-r0)
 ok=()
 bad=()
 for i in "${!pids[@]}"; do
@@ -89,6 +93,10 @@ endpoint() {  # cluster -> http://host:port of the head
   case "$ep" in http://*|https://*) echo "$ep" ;; *) echo "http://$ep" ;; esac
 }
 
+# r0 is a managed Job Group: SkyPilot prints no endpoint for it. Give the head's address
+# (stage s0, port 8000, e.g. a Kubernetes Service in front of pod s0-0) as HC_ENDPOINT_R0.
+: "${HC_ENDPOINT_R0:?set HC_ENDPOINT_R0=http://HOST:8000 (the head of job group hetis-cluster-r0)}"
+
 # --- wait until every replica answers /health (vLLM: 200 once the engine is up) -----------------
 healthy() {  # url: true when GET url answers 200
   python3 -c 'import sys, urllib.request as u; sys.exit(0 if u.urlopen(sys.argv[1], timeout=5).status == 200 else 1)' "$1" 2>/dev/null
@@ -106,10 +114,9 @@ wait_healthy() {  # replica cluster endpoint
   done
   printf '%-40s %s\n' "$2" healthy
 }
-wait_healthy r0 hetis-cluster-r0 "$(endpoint hetis-cluster-r0)"
 
 hetcompile fill-endpoints router/routing.json \
-  r0="$(endpoint hetis-cluster-r0)" \
+  r0="$HC_ENDPOINT_R0" \
   --in-place
 
 launch hetis-cluster-router sky/router.yaml HC_ROUTER_TOKEN HC_VLLM_API_KEY

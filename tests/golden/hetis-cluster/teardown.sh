@@ -11,7 +11,7 @@ cancel() {  # job group name
   sky jobs cancel -y -n "$1" || failed+=("$1 (sky jobs cancel -y -n $1)")
 }
 down hetis-cluster-router
-down hetis-cluster-r0
+cancel hetis-cluster-r0
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "teardown FAILED for ${#failed[@]} cluster(s); they may still be running and billing:" >&2
   printf '  %s\n' "${failed[@]}" >&2
