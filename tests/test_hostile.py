@@ -294,6 +294,13 @@ def _mutations(examples: list[str]):
     ))
 
 
+def _mutated_spec(dirs: dict[str, Path], mutation) -> Path | None:
+    """The example `mutation` names, mutated and written beside its own files (None: not YAML)."""
+    ex, path, how, value = mutation
+    base = yaml.safe_load((ROOT / "examples" / ex / "spec.yaml").read_text())
+    return _write(dirs, ex, _mutate(base, path, how, value))
+
+
 def _write(dirs: dict[str, Path], ex: str, data: object) -> Path | None:
     try:
         text = yaml.safe_dump(data, allow_unicode=True)
@@ -307,9 +314,7 @@ def _write(dirs: dict[str, Path], ex: str, data: object) -> Path | None:
 @settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
 @given(mutation=_mutations(EXAMPLES))
 def test_mutated_specs_fail_only_with_located_spec_errors(example_dirs: dict[str, Path], mutation) -> None:
-    ex, path, how, value = mutation
-    base = yaml.safe_load((ROOT / "examples" / ex / "spec.yaml").read_text())
-    spec = _write(example_dirs, ex, _mutate(base, path, how, value))
+    spec = _mutated_spec(example_dirs, mutation)
     if spec is None:
         return
     try:
@@ -345,9 +350,7 @@ def _leaves(ex: str) -> list[tuple]:
 @given(mutation=st.sampled_from(["quickstart", "tiny-cpu"]).flatmap(lambda ex: st.tuples(
     st.just(ex), st.sampled_from(_leaves(ex)), st.just("set"), PLAUSIBLE_VALUES)))
 def test_validate_and_build_agree(example_dirs: dict[str, Path], mutation) -> None:
-    ex, path, how, value = mutation
-    base = yaml.safe_load((ROOT / "examples" / ex / "spec.yaml").read_text())
-    spec = _write(example_dirs, ex, _mutate(base, path, how, value))
+    spec = _mutated_spec(example_dirs, mutation)
     if spec is None:
         return
     try:
@@ -359,7 +362,7 @@ def test_validate_and_build_agree(example_dirs: dict[str, Path], mutation) -> No
         compile_spec(spec)
         built = None
     except PassError as err:  # a pass crashed on a spec that loaded: always a bug
-        raise AssertionError(f"{ex} {path} {how} {value!r}: {err}") from None
+        raise AssertionError(f"{mutation!r}: {err}") from None
     except HetcompileError as err:
         built = str(err)
     if valid is not None:
