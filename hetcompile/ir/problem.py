@@ -295,6 +295,8 @@ class ModelPlacement(Frozen):
     compose_depth_aware_capacity: float = Field(description="compose's single-type replicas, same model")
     scale_placement: float = Field(description="theta with the placed chains")
     scale_compose: float = Field(description="theta with compose's replicas, evaluated by the same model")
+    # optional: plans written before it was added still read back (explain, --previous)
+    scale_single_type: float | None = Field(default=None, description="theta with compose's replicas by their own estimates: what the single-type plan serves")
     chains: tuple[ChainSummary, ...] = ()
 
 
