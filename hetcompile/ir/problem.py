@@ -300,6 +300,8 @@ class ModelPlacement(Frozen):
     compose_capacity: float = Field(default=0.0, description="compose's single-type replicas, same model, full mode")
     scale_placement: float = Field(description="theta with the placed chains")
     scale_compose: float = Field(description="theta with compose's replicas, evaluated by the same model")
+    # optional: plans written before it was added still read back (explain, --previous)
+    scale_single_type: float | None = Field(default=None, description="theta with compose's replicas by their own estimates: what the single-type plan serves")
     chains: tuple[ChainSummary, ...] = ()
 
 

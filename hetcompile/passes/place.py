@@ -15,9 +15,11 @@ mode makes deployable replicas (one TP per chain, KV = the minimum over stages, 
 may be cut into TP slices); with `compare_shared`, `shared` mode (Helix's per-request pipelines,
 never deployed) is solved too so plan.md can say what the engine constraint costs. The placed
 chains replace compose's replicas only if they serve a larger multiple theta of the demand mix
-(passes/rates.py) when both are evaluated by the same model: perf/capacity.py's full mode on each
-replica's step model (the search itself ranks chains by the formula's fast mode); rented nodes no
-chain uses are dropped. Every placement's flow is re-checked with networkx (`PlacementResult.verify`).
+(passes/rates.py) both by the same model (perf/capacity.py's full mode on each replica's step model;
+the search itself ranks chains by the formula's fast mode) and against what compose's replicas
+serve by their own estimates (the single-type plan's figure), so mixed never serves less than
+single-type; rented nodes no chain uses are dropped, so it never costs more. Every placement's
+flow is re-checked with networkx (`PlacementResult.verify`).
 """
 
 from __future__ import annotations
@@ -154,6 +156,16 @@ def compose_units(pp, replicas: Sequence[Replica]) -> dict[str, list[StageUnit]]
     return out
 
 
+def measured_misfit(ir: Problem, r: Replica) -> bool:
+    """A stage of `r` holds more layers than the spec's measured layer profile for its (model, GPU,
+    TP) allows. Only a measured profile can overrule compose: where placement falls back on the
+    analytic model, its memory rule is a stricter copy of the one compose already applied (it
+    charges embedding and head to every stage), and a replica compose built by the fuller rule is
+    one the single-type plan deploys as it is."""
+    limits = {(lp.model, lp.gpu, lp.tp): len(lp.throughput) for lp in ir.placement.layer_profiles}
+    return any(s.layer_end - s.layer_start > limits.get((r.model, s.gpu, s.tp), s.layer_end) for s in r.stages)
+
+
 def slice_id(unit: str) -> str:
     """`<node>#<j>` (a TP slice of a split node) -> `<node>-s<j>` (a DNS-safe node id)."""
     node, sep, j = unit.partition("#")
@@ -255,7 +267,17 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
         ests_p = {rid_of[c.id]: chain_estimate(ir, pp, c.stages) for c in chains}
         full_p = {c.id: chain_tokens_per_s(pp, c.stages) for c in chains}
         theta_p, x_p = max_scale({k: dict(e.throughput_rps) for k, e in ests_p.items()}, demand, opts, name="place-rates")
-        kept = "placement" if theta_p > theta_c * (1 + 1e-6) else "compose"
+        # what the single-type plan serves with this model's replicas, by the estimates it reports
+        # (compose's): every replica except those a measured layer profile rules out
+        runnable = [r for r in mine if not measured_misfit(ir, r)]
+        theta_s, x_s = max_scale({r.id: dict(r.estimate.throughput_rps) for r in runnable}, demand, opts, name="place-rates")
+        # the chains replace compose's replicas only when they serve more by both measures: by the
+        # model that judged them (full mode on the chains' step models, like for like: theta_c) and against the figure the
+        # single-type plan reports (theta_s), so a mixed plan never serves less than the
+        # single-type one for the same spec; ties keep compose's replicas
+        kept = "placement" if theta_p > max(theta_c, theta_s) * (1 + 1e-6) else "compose"
+        why = (f"theta {theta_p:.4g} with the chains vs {theta_c:.4g} (compose's replicas, same model) and "
+               f"{theta_s:.4g} (compose's replicas by their own estimates, what single-type serves)")
         pool_by_id = {n.id: n for n in pool}
         if kept == "placement":
             final_nodes.update(chain_nodes(pool_by_id, res))
@@ -273,13 +295,12 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
             if any(r.applied for r in hetis_recs):  # a plan selection did not change says nothing new
                 primary += place_hetis.to_ir(m.name, cfg.delta, hetis_recs, {c.id: c for c in chains}, rid_of, slice_id)
         else:
-            # only replicas that run by the spec's own layer profiles (compose_units left the others
-            # out of theta_c): keeping them would emit a stage that holds more layers than fit
-            runnable = [r for r in mine if r.id in units_c]
-            dropped = sorted(r.id for r in mine if r.id not in units_c)
+            # only replicas that run by the spec's measured layer profiles: keeping the others would
+            # emit a stage that holds more layers than fit
+            dropped = sorted({r.id for r in mine} - {r.id for r in runnable})
             if dropped:
                 notes.append(f"{m.name}: compose's replicas {', '.join(dropped)} hold more layers on a stage than the "
-                             "layer profiles allow; dropped")
+                             "measured layer profiles allow; dropped")
             if ir.previous is None:
                 kept_reps = [r.model_copy(update={"id": f"r{len(out) + i}"}) for i, r in enumerate(runnable)]
             else:  # materialize already gave them ids that honour the previous plan
@@ -287,7 +308,8 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
             for r in kept_reps:
                 final_nodes.update({s.node: node_by_id[s.node] for s in r.stages})
             out += kept_reps
-            lp[m.name] = max_scale({r.id: dict(r.estimate.throughput_rps) for r in kept_reps}, demand, opts, name="place-rates")
+            new_id = {r.id: k.id for r, k in zip(runnable, kept_reps)}
+            lp[m.name] = (theta_s, {(new_id[r], w): v for (r, w), v in x_s.items()})
         if res is None:
             notes.append(f"{m.name}: no pool node holds a layer of it; kept compose's replicas")
             continue
@@ -300,7 +322,7 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
             shared_helix_flow=shared.helix_flow if shared else None,
             shared_depth_aware_capacity=shared.depth_aware_capacity if shared else None,
             shared_bound=shared.bound if shared else None, shared_gap=shared.gap if shared else None,
-            compose_depth_aware_capacity=da_c, scale_placement=theta_p, scale_compose=theta_c,
+            compose_depth_aware_capacity=da_c, scale_placement=theta_p, scale_compose=theta_c, scale_single_type=theta_s,
             chains=tuple(
                 ChainSummary(replica=rid_of[c.id] if kept == "placement" else c.id, depth=c.depth, tp=c.tp,
                              concurrency=c.concurrency, concurrency_limit=_unit_ref(c.concurrency_limit),
@@ -313,7 +335,7 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
         notes.append(
             f"{m.name}: {len(chains)} chains over {len(pool)} pool nodes, {sum(full_p.values()):.1f} tokens/s "
             f"(search objective, fast mode: {res.depth_aware_capacity:.1f}; compose's replicas: {full_c:.1f}, fast "
-            f"{da_c:.1f}), theta {theta_p:.4g} vs {theta_c:.4g}: kept {kept}'s replicas"
+            f"{da_c:.1f}), {why}: kept {kept}'s replicas"
         )
         objective, bound, gap = res.value, res.bound, res.gap
         if res.gap is None or res.gap > ir.solver.mip_gap:
