@@ -14,6 +14,6 @@ output is byte-stable and goldens can pin it.
 from hetcompile.explain.diff import diff_plans
 from hetcompile.explain.explain import explain_plan
 from hetcompile.explain.load import PlanReadError, read_plan
-from hetcompile.explain.migrate import replay
+from hetcompile.migrate.planner import replay
 
 __all__ = ["PlanReadError", "diff_plans", "explain_plan", "read_plan", "replay"]
