@@ -138,7 +138,11 @@ def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
                               ("sky", "down", "-y", c), running=final_running))
     if stray:
         notes.append(f"{len(stray)} cluster(s) of this plan serve no replica of it: {', '.join(stray)}")
-    ro = dataclasses.replace(ro, actions=tuple(actions), notes=tuple(notes))
+    # the journal's steps are this exact list from this exact fleet: a re-run that finds the fleet
+    # changed (a teardown done, a launch recorded) plans afresh from it instead of skipping by index
+    key = "\n".join([*(f"{a.index} {a.kind} {a.cluster} {' '.join(a.argv)} {a.text}" for a in actions),
+                      *(f"old {k}={v}" for k, v in sorted(old_cluster.items())), ro.key_extra])
+    ro = dataclasses.replace(ro, actions=tuple(actions), notes=tuple(notes), key_extra=key)
     return Deployment(out, ro, record, hashes, clusters, status, router_up)
 
 

@@ -141,10 +141,10 @@ class Runner:
         if st == "UP":
             how = "already UP, not relaunched"
         else:
+            if self.after is not None:  # write-ahead: it may bill once `sky launch` starts, so deploy records it first
+                self.after(a)
             if self.sky(*a.argv[1:]).returncode != 0:
                 raise StepFailed(f"`{' '.join(a.argv)}` failed")
-            if self.after is not None:  # it bills from now on, healthy or not: deploy records it at once
-                self.after(a)
             how = "launched"
         url = self.endpoint(a.cluster, a.port) + "/health"
         t0 = time.monotonic()
@@ -197,10 +197,10 @@ class Runner:
         (self.ro.new_dir / "router" / "routing.json").write_text(text)
         argv = ("launch", "-y", "-d", "-c", self.ro.router_cluster, self.ro.router_task,
                 *[a for k in ROUTER_SECRETS for a in ("--secret", k)])
+        if self.after is not None:  # recorded before it can bill, as a replica's launch
+            self.after(Action(0, "launch", "router", self.ro.router_cluster, ("sky", *argv)))
         if self.sky(*argv).returncode != 0:
             raise StepFailed(f"`sky {' '.join(argv)}` failed; its logs: sky logs {self.ro.router_cluster}")
-        if self.after is not None:
-            self.after(Action(0, "launch", "router", self.ro.router_cluster, ("sky", *argv)))
         return self.ro.router_cluster
 
     def drain(self, a: Action) -> str:
