@@ -350,6 +350,8 @@ def profile(
     prompts: str = typer.Option("16,64,128", "--prompts", help="prompt lengths (tokens) of the sweep"),
     output_tokens: int = typer.Option(32, "--output-tokens", help="output tokens per request"),
     requests: int = typer.Option(2, "--requests", help="requests per client and sweep point"),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the server's API key "
+                                              "(vLLM --api-key; a deployed replica's is HC_VLLM_API_KEY, in OUT/vllm.key)"),
 ) -> None:
     """Measure a running vLLM server with a bounded load sweep; fit the step-time model; write a profiles file."""
     from hetcompile.backends.canon import dumps_yaml
@@ -358,8 +360,15 @@ def profile(
     try:
         if tp < 1 or pp < 1 or output_tokens < 2 or requests < 1:
             raise HetcompileError("--tp, --pp and --requests must be >= 1 and --output-tokens >= 2")
+        key = None
+        if api_key_env is not None:
+            import os
+
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise HetcompileError(f"--api-key-env {api_key_env}: {api_key_env} is not set in the environment")
         cfg = SweepConfig(concurrency=_int_list(concurrency, "--concurrency"), prompt_tokens=_int_list(prompts, "--prompts"),
-                          output_tokens=output_tokens, requests=requests)
+                          output_tokens=output_tokens, requests=requests, api_key=key)
 
         def show(pt) -> None:
             err.print(f"prompt {pt.prompt_tokens:>5}  concurrency {pt.concurrency:>3}:  TTFT {1000 * pt.ttft_s:8.2f} ms  "
