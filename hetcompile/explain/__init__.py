@@ -4,7 +4,7 @@
 - `rates`                 the load arithmetic shared by everything below (notation there)
 - `explain.explain_plan`  plan dict -> `model.Explanation`
 - `diff.diff_plans`       two plan dicts -> `model.PlanDiff` (with its migration plan)
-- `migrate`               ordered migration steps and `replay`, which re-checks them
+- `replay` (from hetcompile.migrate.planner) re-checks a migration's ordered steps
 - `render_*`              terminal (rich), markdown with Mermaid, Graphviz DOT
 
 Everything here is a pure function of plan dicts: no solver, no catalog, no clock, so the

@@ -24,10 +24,10 @@ import yaml
 
 from hetcompile.backends.canon import dumps_yaml, natural_key
 from hetcompile.explain import diff_plans, read_plan
-from hetcompile.migrate.planner import Plans, State, apply
 from hetcompile.explain.model import Migration, Routed, Unit
 from hetcompile.ir.errors import HetcompileError
 from hetcompile.ir.routing import ReplicaWeight, RoutedReplica, RoutingTable
+from hetcompile.migrate.planner import Plans, State, apply
 
 ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
 # the secrets every replica and the router task take by name (values from the environment)

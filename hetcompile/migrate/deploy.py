@@ -26,7 +26,6 @@ from pathlib import Path
 
 from hetcompile.backends.canon import natural_key
 from hetcompile.explain import read_plan
-from hetcompile.explain.model import Migration
 from hetcompile.ir.routing import RoutingTable
 from hetcompile.migrate.actions import (
     Action, Rollout, RolloutError, _port, _table, _task, rollout_from,

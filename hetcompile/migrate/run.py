@@ -26,7 +26,6 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 
 from hetcompile.backends.canon import dumps_json
 from hetcompile.router.health import parse_vllm_metrics
