@@ -164,8 +164,11 @@ def test_stray_clusters_are_torn_down_and_teardown_covers_the_record(tmp_path: P
     rec.save(out)
     state = tmp_path / "sky-state" / "clusters.json"
     state.write_text(json.dumps({**_clusters(tmp_path), "quickstart-r9": "UP", "quickstart-r7": "UP", "other-r1": "UP"}))
+    (out / "sky" / "router.yaml").write_text((out / "sky" / "router.yaml").read_text() + "# moved\n")
     p = _deploy(tmp_path, env)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert "note: the router's task (sky/router.yaml) changed; quickstart-router keeps running" in p.stdout
+    assert "note: 2 cluster(s) of this plan serve no replica of it: quickstart-r7, quickstart-r9" in p.stdout
     assert "quickstart-r7" not in _clusters(tmp_path) and "quickstart-r9" not in _clusters(tmp_path)
     assert "other-r1" in _clusters(tmp_path)  # another plan's cluster is never touched
     state.write_text(json.dumps({**_clusters(tmp_path), "quickstart-r8": "UP"}))

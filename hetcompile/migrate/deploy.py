@@ -124,6 +124,11 @@ def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
     actions = list(ro.actions)
     final_running = tuple(sorted(clusters.values(), key=natural_key))
     router_up = router_cluster in up
+    was = applied_dir / "sky" / "router.yaml"
+    if router_up and was.exists() and was.read_bytes() != (out / "sky" / "router.yaml").read_bytes():
+        # tables reach the running router with `sky exec`; relaunching it would move the endpoint clients use
+        notes.append(f"the router's task (sky/router.yaml) changed; {router_cluster} keeps running as launched "
+                     f"(to move it: `hetcompile teardown {out}`, then deploy)")
     if not actions and new["replicas"] and (not router_up or _unfilled(out)):
         # the fleet is right but the router is not (never started, gone) or OUT's table was rebuilt:
         # one route step (re)starts it or pushes the plan's table with the running endpoints
