@@ -1,4 +1,5 @@
-"""The `hetcompile` command line: build, validate, explain, migrate, schema, router, fill-endpoints.
+"""The `hetcompile` command line: build, validate, explain, deploy, teardown, migrate, schema,
+router, fill-endpoints, profile, simulate.
 
 User errors (`HetcompileError`) print as one clean paragraph with file:line:col and exit 1;
 `--debug` shows the traceback instead.
@@ -162,6 +163,96 @@ def explain(
         out.print(Group(*rich_renderables(result)))
 
 
+def _durations(health_timeout: str, drain: str) -> tuple[float, float]:
+    from hetcompile.ir.units import parse_duration
+
+    try:
+        return parse_duration(health_timeout), parse_duration(drain)
+    except ValueError as exc:
+        raise HetcompileError(f"--health-timeout / --drain: {exc}") from None
+
+
+def _dry_run(ro, head: str, timeout_s: float) -> None:
+    from hetcompile.migrate.gaps import capacity_gaps, gap_text
+
+    out.print(f"{head}: {ro.migration.mode}, {len(ro.actions)} step(s) (dry run)", markup=False)
+    for note in ro.notes:
+        out.print(f"  note: {note}", markup=False)
+    for a in ro.actions:
+        cmd = " ".join(a.argv) if a.argv else f"sky exec {ro.router_cluster} {ro.new_dir}/{ro.work}/reload.yaml (table: " \
+            f"{', '.join(t for t, _, _ in a.endpoints)})"
+        out.print(f"[{a.index}] {a.text}\n    {cmd}", markup=False)
+    for g in capacity_gaps(ro):
+        out.print(f"refused unless --allow-capacity-gap: {gap_text(g, timeout_s)}", markup=False)
+
+
+@app.command()
+def deploy(
+    out_dir: Path = typer.Argument(Path("out"), help="OUT directory of `hetcompile build`"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the steps and their commands; run nothing"),
+    allow_capacity_gap: bool = typer.Option(False, "--allow-capacity-gap",
+                                            help="run steps that leave a workload with no capacity for a while"),
+    health_timeout: str = typer.Option("20min", "--health-timeout", help="how long a launched replica may take to answer /health"),
+    drain: str = typer.Option("60s", "--drain", help="the longest wait for a drained replica's in-flight requests"),
+    health_poll: float = typer.Option(10.0, "--health-poll", help="seconds between /health probes of a launching replica"),
+) -> None:
+    """Make the running fleet match OUT's plan: launch what is missing, replace what changed, tear
+    down what no longer belongs, in a capacity-safe order. Re-running converges; a second run launches nothing."""
+    import os
+
+    from hetcompile.explain import read_plan
+    from hetcompile.migrate import deploy as dep, preflight as pf
+    from hetcompile.migrate.run import Runner
+
+    env = dict(os.environ)
+    try:
+        timeout_s, drain_s = _durations(health_timeout, drain)
+        plan = read_plan(out_dir, "plan")
+        base = out_dir if out_dir.is_dir() else out_dir.parent
+        src = None
+        if not dry_run:  # before `sky` is asked anything
+            pf.check_tools(env)
+            src = pf.hetcompile_src(env)
+            pf.check_clouds(sorted({n["cloud"] for n in plan.get("nodes", []) if n.get("cloud")}), base, env)
+        d = dep.deploy_plan(base, env)
+        if dry_run:
+            _dry_run(d.rollout, f"deploy {d.rollout.new_plan} ({base})", timeout_s)
+            return
+        if not d.router_up and any(a.kind in ("route", "drain") for a in d.rollout.actions):
+            pf.router_wheel(base, src)
+        pf.ensure_secrets(base, env)
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    except pf.PreflightFailed as exc:
+        err.print(f"deploy: {exc}", markup=False)
+        raise typer.Exit(2)
+    rc = Runner(d.rollout, env=env, health_timeout=timeout_s, drain_s=drain_s, poll=health_poll, log=lambda m: out.print(m, markup=False),
+                after=dep.recorder(d), allow_gap=allow_capacity_gap).run()
+    if rc == 0:
+        dep.converged(d)
+        if d.rollout.actions:
+            out.print(f"clients send: Authorization: Bearer $(cat {base}/router.token)", markup=False)
+    raise typer.Exit(rc)
+
+
+@app.command()
+def teardown(out_dir: Path = typer.Argument(Path("out"), help="OUT directory that `hetcompile deploy` deployed")) -> None:
+    """Tear down every cluster this folder's deploy record holds for its plan (also ones an older
+    build of the plan launched), the router, and the plan's own clusters; fail loudly on any left up."""
+    import os
+
+    from hetcompile.migrate.deploy import teardown as run_teardown
+
+    try:
+        rc = run_teardown(out_dir if out_dir.is_dir() else out_dir.parent, dict(os.environ),
+                          lambda m: out.print(m, markup=False), lambda m: err.print(m, markup=False))
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    raise typer.Exit(rc)
+
+
 @app.command()
 def migrate(
     old: Path = typer.Argument(..., help="build directory of the plan running now (deployed with its deploy.sh)"),
@@ -169,29 +260,24 @@ def migrate(
     health_timeout: str = typer.Option("20min", "--health-timeout", help="how long a launched replica may take to answer /health"),
     drain: str = typer.Option("60s", "--drain", help="the longest wait for a drained replica's in-flight requests (its vLLM /metrics shows none: done sooner)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the steps and their commands; run nothing"),
+    allow_capacity_gap: bool = typer.Option(False, "--allow-capacity-gap",
+                                            help="run steps that leave a workload with no capacity for a while"),
 ) -> None:
     """Carry out the migration `explain OLD NEW` shows: launch, route, drain, tear down, in order."""
-    from hetcompile.ir.units import parse_duration
-    from hetcompile.rollout import Runner, rollout_plan
+    from hetcompile.migrate.actions import rollout_plan
+    from hetcompile.migrate.run import Runner
 
     try:
-        try:
-            timeout_s, drain_s = parse_duration(health_timeout), parse_duration(drain)
-        except ValueError as exc:
-            raise HetcompileError(f"--health-timeout / --drain: {exc}") from None
+        timeout_s, drain_s = _durations(health_timeout, drain)
         ro = rollout_plan(old, new)
     except HetcompileError as exc:
         _fail(exc)
         return
     if dry_run:
-        out.print(f"migrate {ro.old_plan} -> {ro.new_plan}: {ro.migration.mode}, {len(ro.actions)} step(s) (dry run)",
-                  markup=False)
-        for a in ro.actions:
-            cmd = " ".join(a.argv) if a.argv else f"sky exec {ro.router_cluster} {new}/migrate/reload.yaml (table: " \
-                f"{', '.join(t for t, _, _ in a.endpoints)})"
-            out.print(f"[{a.index}] {a.text}\n    {cmd}", markup=False)
+        _dry_run(ro, f"migrate {ro.old_plan} -> {ro.new_plan}", timeout_s)
         return
-    rc = Runner(ro, health_timeout=timeout_s, drain_s=drain_s, log=lambda m: out.print(m, markup=False)).run()
+    rc = Runner(ro, health_timeout=timeout_s, drain_s=drain_s, log=lambda m: out.print(m, markup=False),
+                allow_gap=allow_capacity_gap).run()
     raise typer.Exit(rc)
 
 
@@ -266,6 +352,8 @@ def profile(
     prompts: str = typer.Option("16,64,128", "--prompts", help="prompt lengths (tokens) of the sweep"),
     output_tokens: int = typer.Option(32, "--output-tokens", help="output tokens per request"),
     requests: int = typer.Option(2, "--requests", help="requests per client and sweep point"),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="environment variable holding the server's API key "
+                                              "(vLLM --api-key; a deployed replica's is HC_VLLM_API_KEY, in OUT/vllm.key)"),
 ) -> None:
     """Measure a running vLLM server with a bounded load sweep; fit the step-time model; write a profiles file."""
     from hetcompile.backends.canon import dumps_yaml
@@ -274,8 +362,15 @@ def profile(
     try:
         if tp < 1 or pp < 1 or output_tokens < 2 or requests < 1:
             raise HetcompileError("--tp, --pp and --requests must be >= 1 and --output-tokens >= 2")
+        key = None
+        if api_key_env is not None:
+            import os
+
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise HetcompileError(f"--api-key-env {api_key_env}: {api_key_env} is not set in the environment")
         cfg = SweepConfig(concurrency=_int_list(concurrency, "--concurrency"), prompt_tokens=_int_list(prompts, "--prompts"),
-                          output_tokens=output_tokens, requests=requests)
+                          output_tokens=output_tokens, requests=requests, api_key=key)
 
         def show(pt) -> None:
             err.print(f"prompt {pt.prompt_tokens:>5}  concurrency {pt.concurrency:>3}:  TTFT {1000 * pt.ttft_s:8.2f} ms  "

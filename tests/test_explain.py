@@ -23,7 +23,7 @@ from hetcompile.driver import compile_spec
 from hetcompile.explain import diff_plans, explain_plan, replay
 from hetcompile.explain import rates
 from hetcompile.explain.load import PlanReadError, check_plan
-from hetcompile.explain.migrate import MigrationError
+from hetcompile.migrate.planner import MigrationError
 from hetcompile.explain.model import ADAPTER, Step, Unit
 from hetcompile.explain.render import render_diff, render_explanation, text
 

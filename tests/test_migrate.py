@@ -14,7 +14,8 @@ import pytest
 from conftest import ROOT
 from hetcompile.backends.emit import write
 from hetcompile.driver import compile_spec
-from hetcompile.rollout import RolloutError, Runner, rollout_plan
+from hetcompile.migrate.actions import RolloutError, rollout_plan
+from hetcompile.migrate.run import Runner
 from hetcompile.testing.health import health_server
 from test_deploy import _calls, _clusters, _env
 
@@ -215,7 +216,7 @@ def test_mixed_job_groups_are_refused(tmp_path: Path) -> None:
 def _drain_run(tmp: Path, plans, metrics, drain_s: float) -> tuple[int, str, list[float], list[dict]]:
     """The migration with every replica endpoint on one stand-in whose /metrics is `metrics()`;
     returns the exit code, the log, the drain sleeps and the headers /metrics was read with."""
-    from hetcompile.rollout import run as rollout_run
+    from hetcompile.migrate import run as rollout_run
 
     old, new, env = _deployed(tmp, plans)
     sleeps: list[float] = []

@@ -111,3 +111,54 @@ def test_profile_command_reports_an_unreachable_server(tmp_path: Path) -> None:
     assert not (tmp_path / "p.yaml").exists()
     res = CliRunner().invoke(app, ["profile", "http://x", "--model", "m", "--gpu", "L4", "--prompts", "16,abc"])
     assert res.exit_code == 1 and "--prompts: expected comma-separated integers" in res.output
+
+
+def test_profile_api_key_and_unauthorized(tmp_path: Path, monkeypatch) -> None:
+    """A server started with --api-key (as deploy starts replicas) answers 401 without it: the error
+    says unauthorized and how to pass the key; with --api-key-env the key is sent as a Bearer token."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from typer.testing import CliRunner
+
+    from hetcompile.cli import app
+
+    seen: list[str | None] = []
+
+    class H(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            if self.headers.get("Authorization") != "Bearer s3cret":
+                self.send_response(401)
+                self.end_headers()
+                self.wfile.write(b'{"error": "Unauthorized"}')
+                return
+            body = b'{"data": [{"id": "tiny"}]}' if self.path == "/v1/models" else b"engine stopped"
+            self.send_response(200 if self.path == "/v1/models" else 500)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer  # noqa: N815
+
+        def log_message(self, *a) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    args = ["profile", url, "--model", "m", "--gpu", "L4", "-o", str(tmp_path / "p.yaml")]
+    try:
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 1
+        assert "/v1/models answered 401: unauthorized" in res.output and "--api-key-env" in res.output
+        assert "lists no model" not in res.output
+        res = CliRunner().invoke(app, [*args, "--api-key-env", "HC_TEST_KEY"])
+        assert res.exit_code == 1 and "HC_TEST_KEY is not set in the environment" in res.output
+        monkeypatch.setenv("HC_TEST_KEY", "s3cret")
+        res = CliRunner().invoke(app, [*args, "--api-key-env", "HC_TEST_KEY"])
+        assert res.exit_code == 1 and "/v1/completions answered 500: engine stopped" in res.output  # past the key
+        assert seen[-1] == "Bearer s3cret" and "s3cret" not in res.output
+    finally:
+        server.shutdown()
+    assert not (tmp_path / "p.yaml").exists()

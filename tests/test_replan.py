@@ -100,3 +100,24 @@ def test_cli_prints_what_stability_cost(old, tmp_path):
     r = CliRunner().invoke(app, ["build", str(LOST_L4), "-o", str(tmp_path / "o"), "--previous", str(old),
                                  "--churn-penalty", "lots"])
     assert r.exit_code == 1 and "--churn-penalty" in r.output
+
+
+def test_previous_never_keeps_a_replica_that_serves_nothing(tmp_path: Path) -> None:
+    """min-cost, rates cut to a fifth, a churn penalty so high that tearing down looks dearer than
+    keeping: the model keeps the A100 replica with no rate routed to it. It would run with weight 0
+    and bill $3.67/h; the plan drops it and says so."""
+    text = QUICKSTART.read_text().replace("objective: max-throughput", "objective: min-cost")
+    a = tmp_path / "a.yaml"
+    a.write_text(text)
+    b = tmp_path / "b.yaml"
+    b.write_text(text.replace("rate: 6/s", "rate: 0.2/s").replace("rate: 1/s", "rate: 0.2/s"))
+    old = tmp_path / "old"
+    write(compile_spec(a).ir, old)
+    ir = compile_spec(b, previous=old / "plan.json", churn_penalty=1.0).ir
+    new = plan(ir)
+    rt = json.loads(artifacts(ir)["router/routing.json"])
+    routed = {w["replica"] for m in rt["models"] for c in m["classes"] for w in c["weights"] if w["weight"] > 0}
+    assert new["replicas"] and {r["id"] for r in new["replicas"]} == routed  # every replica serves something
+    notes = next(p for p in ir.reports if p.name == "compose").notes
+    assert any(n.startswith("replanning: dropped 1 replica(s)") and "routed nothing" in n for n in notes)
+    assert new["totals"]["price_per_hour"] < sum(r["price_per_hour"] for r in plan(compile_spec(a).ir)["replicas"])

@@ -1,4 +1,8 @@
-"""deploy.sh and teardown.sh: launch the replicas, collect endpoints, fill the table, start the router."""
+"""deploy.sh and teardown.sh: thin wrappers of `hetcompile deploy` / `hetcompile teardown`.
+
+A plan with mixed-GPU replicas (managed Job Groups, which the reconciler does not handle yet) gets
+the standalone scripts instead (*_groups.sh.j2: launch everything, fill the table, start the router).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ from hetcompile import __version__
 from hetcompile.backends.templating import render
 from hetcompile.backends.skypilot import cluster_name
 from hetcompile.ir.problem import Problem
-
 
 
 def context(ir: Problem) -> dict:
@@ -28,9 +31,13 @@ def context(ir: Problem) -> dict:
     }
 
 
+def _template(ir: Problem, kind: str) -> str:
+    return f"{kind}_groups.sh.j2" if any(r.mixed for r in ir.replicas) else f"{kind}.sh.j2"
+
+
 def deploy_sh(ir: Problem) -> str:
-    return render("deploy.sh.j2", **context(ir))
+    return render(_template(ir, "deploy"), **context(ir))
 
 
 def teardown_sh(ir: Problem) -> str:
-    return render("teardown.sh.j2", **context(ir))
+    return render(_template(ir, "teardown"), **context(ir))

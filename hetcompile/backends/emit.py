@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from hetcompile.backends import deploy, skypilot, vllm
@@ -39,10 +40,23 @@ def _inside(out: Path, rel: str) -> Path:
     return path
 
 
+def stale(out: Path, files: dict[str, str]) -> list[Path]:
+    """Per-replica artifacts an earlier build left in `out` that this plan does not have: sky/<id>.yaml
+    and vllm/<id>/ of replicas no longer in it (a deploy must not find, nor a person trust, them).
+    Everything else there (deploy/ with its record, secrets, simulation.json) is left alone."""
+    old = [f for f in sorted((out / "sky").glob("*.yaml")) if f"sky/{f.name}" not in files]
+    dirs = {rel.split("/")[1] for rel in files if rel.startswith("vllm/")}
+    old += [d for d in sorted((out / "vllm").glob("*")) if d.is_dir() and d.name not in dirs]
+    return old
+
+
 def write(ir: Problem, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for rel, text in artifacts(ir).items():
+    files = artifacts(ir)
+    for path in stale(out, files):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for rel, text in files.items():
         path = _inside(out, rel)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -4,7 +4,7 @@
 - `rates`                 the load arithmetic shared by everything below (notation there)
 - `explain.explain_plan`  plan dict -> `model.Explanation`
 - `diff.diff_plans`       two plan dicts -> `model.PlanDiff` (with its migration plan)
-- `migrate`               ordered migration steps and `replay`, which re-checks them
+- `replay` (from hetcompile.migrate.planner) re-checks a migration's ordered steps
 - `render_*`              terminal (rich), markdown with Mermaid, Graphviz DOT
 
 Everything here is a pure function of plan dicts: no solver, no catalog, no clock, so the
@@ -14,6 +14,6 @@ output is byte-stable and goldens can pin it.
 from hetcompile.explain.diff import diff_plans
 from hetcompile.explain.explain import explain_plan
 from hetcompile.explain.load import PlanReadError, read_plan
-from hetcompile.explain.migrate import replay
+from hetcompile.migrate.planner import replay
 
 __all__ = ["PlanReadError", "diff_plans", "explain_plan", "read_plan", "replay"]

@@ -29,7 +29,7 @@ from collections import defaultdict
 
 from hetcompile.backends.canon import canon, natural_key
 from hetcompile.explain import rates
-from hetcompile.explain.migrate import plan_migration
+from hetcompile.migrate.planner import plan_migration
 from hetcompile.explain.model import (
     FieldChange, MetricDelta, NodeRef, OfferDelta, PlanDiff, PlanRef, ReplicaPair, ReplicaRef, WeightShift, WorkloadDelta,
 )

@@ -302,6 +302,28 @@ def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveRes
     return res, sol, notes, (sol.theta / sol.cost / 3600, bound)
 
 
+def drop_idle(sol: ComposeSolution, t: ComposeTables) -> tuple[ComposeSolution, list[str]]:
+    """Replicas of shapes the solution routes nothing to (sum_w r_{c,w} = 0) but pays for: gone.
+
+    With --previous the churn penalty can make keeping a running replica cheaper, in the model, than
+    tearing it down, even when it serves nothing: it would run with weight 0 and still bill. A
+    replica that serves nothing is never worth its price, so it leaves the plan (owned GPUs cost
+    nothing: those stay, as the model left them)."""
+    idle = sorted(c for c, n in sol.y.items() if n > 0 and sum(v for (c2, _), v in sol.r.items() if c2 == c) <= 1e-9)
+    y = dict(sol.y)
+    dropped = []
+    for c in idle:
+        less = {**y, c: 0}
+        if solution_cost(less, t) < solution_cost(y, t) - 1e-12:
+            dropped.append((c, y[c], solution_cost(y, t) - solution_cost(less, t)))
+            y = less
+    if not dropped:
+        return sol, []
+    sol = replace(sol, y=y, cost=solution_cost(y, t), churn=solution_churn(y, t))
+    return sol, [f"replanning: dropped {n} replica(s) of {c} kept from the previous plan: routed nothing, they would cost "
+                 f"{_per_h(saved)} for no throughput" for c, n, saved in dropped]
+
+
 def churn_notes(ir: Problem, t: ComposeTables, sol: ComposeSolution, opts: SolveLog) -> list[str]:
     """What stability cost: the same solve without the churn term, for comparison."""
     free = replace(t, previous=None, churn_weight=0.0, removed=0)
@@ -402,6 +424,8 @@ class Compose(Pass):
         else:
             res, sol = _max_theta(ir, t, run)
         if t.previous is not None:
+            sol, idle = drop_idle(sol, t)
+            notes += idle
             notes += churn_notes(ir, t, sol, run)
         comp = Composition(
             counts=tuple((c, n) for c, n in sorted(sol.y.items()) if n > 0),

@@ -23,7 +23,7 @@ import asyncio
 import json
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -43,6 +43,18 @@ class SweepConfig:
     requests: int = 2  # per client and sweep point
     token_id: int = 100  # prompts repeat token ids from here (deterministic, any vocab >= token_id + 7)
     timeout_s: float = 300.0
+    api_key: str | None = field(default=None, repr=False)  # vLLM's --api-key (deploy starts replicas with one)
+
+
+UNAUTHORIZED_HINT = ("the server wants an API key (deploy starts replicas with `--api-key`): pass --api-key-env VAR "
+                     "with the key in $VAR, e.g. HC_VLLM_API_KEY=$(cat OUT/vllm.key)")
+
+
+def _refused(base: str, path: str, status: int, text: str = "") -> ProfileError:
+    """A non-200 answer as an error that says what it means: 401/403 is about the key, not the server."""
+    if status in (401, 403):
+        return ProfileError(f"{base}{path} answered {status}: unauthorized (a missing or wrong API key)", hint=UNAUTHORIZED_HINT)
+    return ProfileError(f"{base}{path} answered {status}: {text[:500]}")
 
 
 @dataclass(frozen=True)
@@ -74,6 +86,8 @@ def prompt_ids(n: int, base: int) -> list[int]:
 async def served_model(session: aiohttp.ClientSession, base: str) -> str:
     try:
         async with session.get(f"{base}/v1/models") as resp:
+            if resp.status != 200:
+                raise _refused(base, "/v1/models", resp.status, await resp.text())
             data = await resp.json()
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
         raise ProfileError(f"cannot list models at {base}/v1/models: {exc}",
@@ -95,8 +109,7 @@ async def one_request(session: aiohttp.ClientSession, base: str, model: str, p: 
     tokens = None
     async with session.post(f"{base}/v1/completions", json=body) as resp:
         if resp.status != 200:
-            text = await resp.text()
-            raise ProfileError(f"{base}/v1/completions answered {resp.status}: {text[:500]}")
+            raise _refused(base, "/v1/completions", resp.status, await resp.text())
         async for raw in resp.content:
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data:"):
@@ -133,7 +146,8 @@ async def run_sweep(base: str, cfg: SweepConfig, model: str | None = None, progr
     if base.endswith("/v1"):
         base = base[:-3]
     timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
         model = model or await served_model(session, base)
         await one_request(session, base, model, cfg.prompt_tokens[0], 1, cfg)  # warm-up, not measured
         points = []

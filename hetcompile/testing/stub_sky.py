@@ -3,7 +3,9 @@
 `install(bin_dir, state_dir)` writes an executable `sky` into bin_dir that runs this module.
 Every call is appended as one JSON line (argv) to state_dir/calls.jsonl. Behaviour, per cluster:
 - `sky launch ... -c NAME TASK`: fails (exit 1) when NAME is listed in state_dir/fail_launch,
-  else records NAME as UP in state_dir/clusters.json.
+  else records NAME as UP in state_dir/clusters.json and keeps the task it got as
+  state_dir/launched/NAME.yaml (what the cluster runs). When NAME is listed in state_dir/kill_after,
+  it then kills the process that called it (SIGKILL: a deploy killed between two steps).
 - `sky jobs launch ... TASK`: records the job group; fails when its task path is in fail_launch.
 - `sky down -y NAME...`: fails when a NAME is in state_dir/fail_down, else removes it.
 - `sky jobs cancel -y -n NAME`: fails when NAME is in fail_down.
@@ -69,6 +71,15 @@ def _locked(state: Path, argv: list[str]) -> int:
             print(f"sky launch: stub failure for {name}", file=sys.stderr)
             return 1
         clusters[name] = "UP"
+        task = next((a for a in argv[argv.index("-c") + 2:] if a.endswith((".yaml", ".yml"))), None)
+        if task is not None:
+            (state / "launched").mkdir(exist_ok=True)
+            (state / "launched" / f"{name}.yaml").write_bytes(Path(task).read_bytes())
+        if name in _names(state, "kill_after"):
+            cpath.write_text(json.dumps(clusters, sort_keys=True))
+            import signal
+
+            os.kill(os.getppid(), signal.SIGKILL)
     elif argv[:2] == ["jobs", "launch"]:
         task = argv[-1]
         if task in _names(state, "fail_launch"):

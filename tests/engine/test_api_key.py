@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT
 from hetcompile.backends.emit import write
 from hetcompile.driver import compile_spec
-from hetcompile.rollout.run import in_flight
+from hetcompile.migrate.run import in_flight
 from hetcompile.testing import free_port, launch, make_tiny_model
 
 pytestmark = pytest.mark.engine

@@ -1,13 +1,16 @@
-"""Execute a Rollout: one action at a time, a status line each, stop at the first failure.
+"""The one executor of deploy and migrate: a Rollout's actions, one at a time, a status line
+each, stop at the first failure.
 
 launch    `sky launch` unless `sky status` lists the cluster UP; then wait for GET <endpoint>/health
 route     fill the table's endpoints (`sky status --endpoint`), write it, push it to the router
+          (`sky launch` of the router task with the table when no router runs yet: a first deploy)
 drain     the same with the unit left out, then wait until the replica's vLLM /metrics shows no
           request running or waiting (`vllm:num_requests_running` + `_waiting`), at most --drain
           seconds; when /metrics cannot be read it waits the whole --drain
 teardown  `sky down -y` unless `sky status` no longer lists the cluster
 
-NEW/migrate/state.json records the steps done (for this pair of plans); a re-run skips them, and
+NEW/<work>/state.json (work: migrate or deploy) records the steps done (for this pair of plans and
+the clusters chosen); a re-run skips them, and
 launch/teardown also skip what `sky status` shows already done, so re-running after a failure,
 or after fixing something by hand, is safe. On a failure it prints what runs, what the router
 serves, and how to continue or clean up, and returns 1.
@@ -23,11 +26,11 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 
 from hetcompile.backends.canon import dumps_json
 from hetcompile.router.health import parse_vllm_metrics
-from hetcompile.rollout.plan import RELOAD_DIR, RELOAD_TASK, ROUTER_TOKEN_ENV, Action, Rollout
+from hetcompile.migrate.actions import ROUTER_SECRETS, ROUTER_TOKEN_ENV, Action, Rollout, reload_paths
+from hetcompile.migrate.gaps import capacity_gaps, gap_text
 
 # secrets deploy.sh generated into the old build directory (mode 600): a re-run reuses them
 SECRET_FILES = {ROUTER_TOKEN_ENV: "router.token", "HC_VLLM_API_KEY": "vllm.key"}
@@ -65,13 +68,18 @@ class Runner:
     def __init__(self, ro: Rollout, *, env: dict[str, str] | None = None, probe: Callable[[str], bool] = http_ok,
                  health_timeout: float = 1200.0, poll: float = 10.0, drain_s: float = 60.0,
                  log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
-                 inflight: Callable[[str, dict[str, str]], float | None] = in_flight):
+                 inflight: Callable[[str, dict[str, str]], float | None] = in_flight,
+                 after: Callable[[Action], None] | None = None, allow_gap: bool = False):
         self.ro, self.probe, self.log, self.sleep, self.inflight = ro, probe, log, sleep, inflight
+        self.after, self.allow_gap = after, allow_gap
+        self.reload_task, self.reload_dir = reload_paths(ro.work)
         self.env = dict(os.environ if env is None else env)
         self.health_timeout, self.poll, self.drain_s = health_timeout, poll, drain_s
-        self.journal = ro.new_dir / "migrate" / "state.json"
-        self.key = hashlib.sha256(((ro.old_dir / "plan.json").read_bytes() + b"\0" +
-                                   (ro.new_dir / "plan.json").read_bytes())).hexdigest()[:16]
+        self.journal = ro.new_dir / ro.work / "state.json"
+        old_plan = ro.old_dir / "plan.json"
+        self.key = hashlib.sha256(((old_plan.read_bytes() if old_plan.exists() else b"") + b"\0" +
+                                   (ro.new_dir / "plan.json").read_bytes() + b"\0" +
+                                   ro.key_extra.encode())).hexdigest()[:16]
 
     # -- sky -------------------------------------------------------------------------------
     def sky(self, *args: str, capture: bool = False) -> subprocess.CompletedProcess:
@@ -119,7 +127,7 @@ class Runner:
         for k in sorted(needed):
             if self.env.get(k):
                 continue
-            f = self.ro.old_dir / SECRET_FILES.get(k, "")
+            f = (self.ro.secrets_dir or self.ro.old_dir) / SECRET_FILES.get(k, "")
             if k in SECRET_FILES and f.is_file() and f.read_text().strip():
                 self.env[k] = f.read_text().strip()
             else:
@@ -132,6 +140,8 @@ class Runner:
         if st == "UP":
             how = "already UP, not relaunched"
         else:
+            if self.after is not None:  # write-ahead: it may bill once `sky launch` starts, so deploy records it first
+                self.after(a)
             if self.sky(*a.argv[1:]).returncode != 0:
                 raise StepFailed(f"`{' '.join(a.argv)}` failed")
             how = "launched"
@@ -162,17 +172,35 @@ class Runner:
                                              "replicas": tuple(r for r in table.replicas if r.id not in gone)})
         reps = tuple(r.model_copy(update={"endpoint": eps[r.id]}) for r in table.replicas)
         text = dumps_json(table.model_copy(update={"replicas": reps}).model_dump(mode="json"))
-        d = self.ro.new_dir / RELOAD_DIR
+        d = self.ro.new_dir / self.reload_dir
         d.mkdir(parents=True, exist_ok=True)
         (d / "routing.json").write_text(text)
         if a.final:  # NEW/router/routing.json now names the endpoints, as after deploy.sh
             (self.ro.new_dir / "router" / "routing.json").write_text(text)
-        p = self.sky("exec", self.ro.router_cluster, RELOAD_TASK, "--secret", ROUTER_TOKEN_ENV)
-        if p.returncode != 0:
-            raise StepFailed(f"the router did not take the table (`sky exec {self.ro.router_cluster} {RELOAD_TASK}` "
-                             f"exited {p.returncode}; its logs: sky logs {self.ro.router_cluster})")
         left = f" ({', '.join(sorted(gone))} already down)" if gone else ""
+        rc = self.router_cluster_up(text)
+        if rc is not None:
+            return f"router launched ({rc}) serving {', '.join(sorted(eps)) or 'nothing'}{left}"
+        p = self.sky("exec", self.ro.router_cluster, self.reload_task, "--secret", ROUTER_TOKEN_ENV)
+        if p.returncode != 0:
+            raise StepFailed(f"the router did not take the table (`sky exec {self.ro.router_cluster} {self.reload_task}` "
+                             f"exited {p.returncode}; its logs: sky logs {self.ro.router_cluster})")
         return f"router serves {', '.join(sorted(eps)) or 'nothing'}{left}"
+
+    def router_cluster_up(self, text: str) -> str | None:
+        """Launch the router with `text` as its table when no router runs (a first deploy, or one
+        that went down); None when it runs (the table is then pushed with `sky exec`)."""
+        if self.listed(self.ro.router_cluster) == "UP":
+            return None
+        # the router task's workdir is NEW/router: it starts on the table written there
+        (self.ro.new_dir / "router" / "routing.json").write_text(text)
+        argv = ("launch", "-y", "-d", "-c", self.ro.router_cluster, self.ro.router_task,
+                *[a for k in ROUTER_SECRETS for a in ("--secret", k)])
+        if self.after is not None:  # recorded before it can bill, as a replica's launch
+            self.after(Action(0, "launch", "router", self.ro.router_cluster, ("sky", *argv)))
+        if self.sky(*argv).returncode != 0:
+            raise StepFailed(f"`sky {' '.join(argv)}` failed; its logs: sky logs {self.ro.router_cluster}")
+        return self.ro.router_cluster
 
     def drain(self, a: Action) -> str:
         """Route without the unit, then wait for its in-flight requests: until its vLLM reports none
@@ -209,20 +237,28 @@ class Runner:
     def run(self) -> int:
         ro = self.ro
         n = len(ro.actions)
-        self.log(f"migrate {ro.old_plan} -> {ro.new_plan}: {ro.migration.mode}, {n} step(s)")
+        w = ro.work
+        self.log(f"{w} {ro.old_plan} -> {ro.new_plan}: {ro.migration.mode}, {n} step(s)")
         for note in ro.notes:
             self.log(f"  note: {note}")
         if n == 0:
             self.log("nothing to do: the new plan deploys exactly what runs")
             return 0
+        gaps = capacity_gaps(ro)
+        if gaps and not self.allow_gap:
+            for g in gaps:
+                self.log(f"{w}: refused: {gap_text(g, self.health_timeout)}")
+            self.log(f"{w}: nothing was changed (--allow-capacity-gap accepts the gap; a larger budget, or a "
+                     "spare replica kept serving, avoids it)")
+            return 3
         problems = self.preflight()
         if problems:
             for p in problems:
-                self.log(f"migrate: {p}")
-            self.log("migrate: nothing was changed")
+                self.log(f"{w}: {p}")
+            self.log(f"{w}: nothing was changed")
             return 2
-        (ro.new_dir / "migrate").mkdir(parents=True, exist_ok=True)
-        (ro.new_dir / RELOAD_TASK).write_text(ro.reload_task)
+        (ro.new_dir / w).mkdir(parents=True, exist_ok=True)
+        (ro.new_dir / self.reload_task).write_text(ro.reload_task)
         done = self.done()
         running = ro.running
         for a in ro.actions:
@@ -238,21 +274,23 @@ class Runner:
                 self.failed(a, str(e), running)
                 return 1
             self.mark(a.index)
+            if self.after is not None:
+                self.after(a)
             running = a.running
             self.log(f"[{a.index}/{n}] {a.kind}: {status}")
-        self.log(f"migrate: done; {ro.new_plan} runs on {', '.join(running)} behind {ro.router_cluster}")
+        self.log(f"{w}: done; {ro.new_plan} runs on {', '.join(running)} behind {ro.router_cluster}")
         return 0
 
     def failed(self, a: Action, why: str, running: tuple[str, ...]) -> None:
         ro = self.ro
         last = max((x.index for x in ro.actions if x.kind in ("route", "drain") and x.index in self.done()), default=None)
-        serving = f"the table of step {last}" if last else f"the old plan's table ({ro.old_plan})"
-        self.log(f"migrate FAILED at step {a.index} ({a.kind}): {why}")
-        self.log(f"  running (billing): {', '.join(running)}" + (f"; and {a.cluster} may be partly up"
+        serving = f"the table of step {last}" if last else (f"the old plan's table ({ro.old_plan})" if ro.work == "migrate"
+                                                            else "what it served before this run (if it runs)")
+        self.log(f"{ro.work} FAILED at step {a.index} ({a.kind}): {why}")
+        self.log(f"  running (billing): {', '.join(running) or 'nothing else'}" + (f"; and {a.cluster} may be partly up"
                  if a.kind == "launch" and a.cluster not in running else ""))
         self.log(f"  the router ({ro.router_cluster}) serves {serving}")
-        self.log(f"  continue: fix the cause, then re-run `hetcompile migrate {ro.old_dir} {ro.new_dir}` "
-                 "(steps done are skipped)")
+        self.log(f"  continue: fix the cause, then re-run `{ro.command}` (steps done are skipped)")
         new = [c for c in ro.incoming if c in running or (a.kind == "launch" and c == a.cluster)]
         if new:
             self.log(f"  or give up on the new plan's replicas: sky down -y {' '.join(new)} "

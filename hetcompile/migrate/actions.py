@@ -1,5 +1,6 @@
-"""The migration as actions: which cluster each step touches, the `sky` argv, the table to route.
+"""The steps as actions: which cluster each step touches, the `sky` argv, the table to route.
 
+Shared by migrate (two build directories) and deploy (the record's applied snapshot -> OUT).
 Pure: reads the two build directories (plan.json, sky/*.yaml, router/routing.json) and the
 Migration explain computed; runs nothing. A unit that runs in the old plan (removed, the old side
 of a changed replica, or untouched) is the old plan's cluster `<old plan>-<old id>`; a new unit is
@@ -15,6 +16,7 @@ the router's own /admin/reload on loopback with the router token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,14 +24,25 @@ import yaml
 
 from hetcompile.backends.canon import dumps_yaml, natural_key
 from hetcompile.explain import diff_plans, read_plan
-from hetcompile.explain.migrate import Plans, State, apply
 from hetcompile.explain.model import Migration, Routed, Unit
 from hetcompile.ir.errors import HetcompileError
 from hetcompile.ir.routing import ReplicaWeight, RoutedReplica, RoutingTable
+from hetcompile.migrate.planner import Plans, State, apply
 
 ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
-RELOAD_TASK = "migrate/reload.yaml"
-RELOAD_DIR = "migrate/router"
+# the secrets every replica and the router task take by name (values from the environment)
+REPLICA_SECRETS = ("HF_TOKEN", "HC_VLLM_API_KEY")
+ROUTER_SECRETS = (ROUTER_TOKEN_ENV, "HC_VLLM_API_KEY")
+
+
+def reload_paths(work: str) -> tuple[str, str]:
+    """(reload task, its workdir) under NEW/<work>/: `migrate` or `deploy`."""
+    return f"{work}/reload.yaml", f"{work}/router"
+
+
+RELOAD_TASK, RELOAD_DIR = reload_paths("migrate")
+
+Names = Callable[[str, str], str]  # (side "old" | "new", replica id) -> cluster name
 
 
 class RolloutError(HetcompileError):
@@ -61,6 +74,7 @@ class Action:
     final: bool = False  # route: the new plan's own table
     port: int = 0  # launch: the port its health is probed on; drain: the port its /metrics is read on
     leaving: tuple[str, ...] = ()  # route / drain: table ids a later step tears down (may be gone on a re-run)
+    rid: str | None = None  # launch: the new plan's replica id (deploy records its task hash)
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,11 @@ class Rollout:
     running: tuple[str, ...] = ()  # clusters running before the first step
     incoming: tuple[str, ...] = ()  # clusters the steps launch
     notes: tuple[str, ...] = field(default=())
+    work: str = "migrate"  # NEW/<work>/ holds the journal, the reload task and the tables pushed
+    secrets_dir: Path | None = None  # where deploy keeps vllm.key / router.token (default: old_dir)
+    command: str = ""  # how to re-run it, for the failure message
+    router_task: str = "sky/router.yaml"  # launched (in NEW) when a route finds no router running
+    key_extra: str = ""  # more that a journal entry must match (deploy: the clusters chosen)
 
 
 def _task(d: Path, rid: str) -> dict:
@@ -106,9 +125,15 @@ def _table(d: Path) -> RoutingTable:
         raise RolloutError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def target(old: dict, new: dict, u: Unit, old_dir: Path, new_dir: Path) -> Target:
-    side, d, rid, plan = ("old", old_dir, u.old, old) if u.old is not None else ("new", new_dir, u.new, new)
-    return Target(cluster=f"{plan['plan']}-{rid}", side=side, rid=rid, port=_port(_task(d, rid), f"{d}/sky/{rid}.yaml"))
+def plan_names(old: dict, new: dict) -> Names:
+    """migrate's cluster names: `<plan>-<replica id>`, as deploy.sh launched them."""
+    return lambda side, rid: f"{(old if side == 'old' else new)['plan']}-{rid}"
+
+
+def target(old: dict, new: dict, u: Unit, old_dir: Path, new_dir: Path, names: Names | None = None) -> Target:
+    side, d, rid = ("old", old_dir, u.old) if u.old is not None else ("new", new_dir, u.new)
+    cluster = (names or plan_names(old, new))(side, rid)
+    return Target(cluster=cluster, side=side, rid=rid, port=_port(_task(d, rid), f"{d}/sky/{rid}.yaml"))
 
 
 def routed_table(rows: tuple[Routed, ...], old_rt: RoutingTable, new_rt: RoutingTable) -> tuple[RoutingTable, dict[str, Unit]]:
@@ -138,45 +163,62 @@ def routed_table(rows: tuple[Routed, ...], old_rt: RoutingTable, new_rt: Routing
     return RoutingTable.model_validate(table.model_dump()), ids
 
 
-def reload_task(plan: str, port: int) -> str:
+def reload_task(plan: str, port: int, workdir: str = RELOAD_DIR) -> str:
     code = ("import os, urllib.request as u; "
             f"r = u.Request('http://127.0.0.1:{port}/admin/reload', method='POST', "
             f"headers={{'Authorization': 'Bearer ' + os.environ['{ROUTER_TOKEN_ENV}']}}); "
             "print(u.urlopen(r, timeout=60).read().decode())")
     return dumps_yaml({
         "name": f"{plan}-router-reload",
-        "workdir": RELOAD_DIR,
+        "workdir": workdir,
         "secrets": {ROUTER_TOKEN_ENV: None},
         "run": f'python3 -c "{code}"\n',
     })
 
 
 def rollout_plan(old_dir: Path, new_dir: Path) -> Rollout:
+    """`hetcompile migrate OLD NEW`: the migration explain shows, on the clusters deploy.sh named."""
     old, new = read_plan(old_dir, "old plan"), read_plan(new_dir, "new plan")
     old_dir = old_dir if old_dir.is_dir() else old_dir.parent
     new_dir = new_dir if new_dir.is_dir() else new_dir.parent
-    mixed = [f"old {r['id']}" for r in old["replicas"] if r.get("mixed")] + \
-        [f"new {r['id']}" for r in new["replicas"] if r.get("mixed")]
-    if mixed:  # managed Job Groups: no cluster to `sky launch` / `sky down`, no endpoint from `sky status`
-        raise RolloutError(f"migrate does not handle mixed-GPU Job Groups yet ({', '.join(mixed)})",
-                           hint="use the plans' deploy.sh / teardown.sh for those plans")
+    refuse_mixed(old, new)
     mig = diff_plans(old, new).migration
-    p = Plans(old, new)
-    old_rt, new_rt = _table(old_dir), _table(new_dir)
     router = _task(old_dir, "router")
     notes = []
     for u in mig.untouched:
         if u.old != u.new or old["plan"] != new["plan"]:
             notes.append(f"{u.label} keeps running as cluster {old['plan']}-{u.old}; the new plan's teardown.sh calls it "
                          f"{new['plan']}-{u.new}")
+    return rollout_from(old, new, old_dir, new_dir, mig, plan_names(old, new), router_cluster=f"{old['plan']}-router",
+                        router_port=_port(router, f"{old_dir}/sky/router.yaml"), notes=tuple(notes),
+                        command=f"hetcompile migrate {old_dir} {new_dir}")
+
+
+def refuse_mixed(old: dict, new: dict) -> None:
+    mixed = [f"old {r['id']}" for r in old["replicas"] if r.get("mixed")] + \
+        [f"new {r['id']}" for r in new["replicas"] if r.get("mixed")]
+    if mixed:  # managed Job Groups: no cluster to `sky launch` / `sky down`, no endpoint from `sky status`
+        raise RolloutError(f"migrate does not handle mixed-GPU Job Groups yet ({', '.join(mixed)})",
+                           hint="use the plans' deploy.sh / teardown.sh for those plans")
+
+
+def rollout_from(old: dict, new: dict, old_dir: Path, new_dir: Path, mig: Migration, names: Names, *,
+                 router_cluster: str, router_port: int, notes: tuple[str, ...] = (), work: str = "migrate",
+                 command: str = "", secrets_dir: Path | None = None, key_extra: str = "") -> Rollout:
+    """The Migration `mig` (from `old`, running on the clusters `names` gives, to `new`) as actions."""
+    p = Plans(old, new)
+    old_rt, new_rt = _table(old_dir) if (old_dir / "router" / "routing.json").exists() else _table(new_dir), _table(new_dir)
     state = State(list(mig.untouched) + sorted({s.unit for s in mig.steps if s.unit is not None and s.unit.new is None},
                                                   key=lambda u: natural_key(u.old or "")),
                   {})
     state = State(state.running, {u: "old" for u in state.running})
     actions = []
 
+    def tgt(u: Unit) -> Target:
+        return target(old, new, u, old_dir, new_dir, names)
+
     def clusters(st: State) -> tuple[str, ...]:
-        return tuple(sorted((target(old, new, x, old_dir, new_dir).cluster for x in st.running), key=natural_key))
+        return tuple(sorted((tgt(x).cluster for x in st.running), key=natural_key))
 
     before = clusters(state)
     for s in mig.steps:
@@ -184,7 +226,7 @@ def rollout_plan(old_dir: Path, new_dir: Path) -> Rollout:
         state_before, state = state, apply(state, p, s)
         after = clusters(state)
         if s.action in ("launch", "teardown"):
-            t = target(old, new, u, old_dir, new_dir)
+            t = tgt(u)
             if s.action == "launch":
                 if t.cluster in clusters(state_before):
                     raise RolloutError(
@@ -196,23 +238,24 @@ def rollout_plan(old_dir: Path, new_dir: Path) -> Rollout:
                         *[a for k in secrets for a in ("--secret", k)])
             else:
                 argv = ("sky", "down", "-y", t.cluster)
-            actions.append(Action(s.index, s.action, s.text, t.cluster, argv, running=after, port=t.port))
+            actions.append(Action(s.index, s.action, s.text, t.cluster, argv, running=after, port=t.port,
+                                  rid=t.rid if s.action == "launch" else None))
         else:
             rows = s.routed if s.action == "route" else state.table(p)
             table, ids = routed_table(rows, old_rt, new_rt)
             eps = []
             for tid, unit in sorted(ids.items(), key=lambda kv: natural_key(kv[0])):
-                t = target(old, new, unit, old_dir, new_dir)
+                t = tgt(unit)
                 eps.append((tid, t.cluster, t.port))
-            tu = target(old, new, u, old_dir, new_dir) if u is not None else None
+            tu = tgt(u) if u is not None else None
             cluster = tu.cluster if tu is not None else None
-            later = {target(old, new, x.unit, old_dir, new_dir).cluster for x in mig.steps
-                     if x.index > s.index and x.action == "teardown"}
+            later = {tgt(x.unit).cluster for x in mig.steps if x.index > s.index and x.action == "teardown"}
             actions.append(Action(s.index, s.action, s.text, cluster, table=table, endpoints=tuple(eps), running=after,
                                   final=table is new_rt, leaving=tuple(t for t, c, _ in eps if c in later),
                                   port=tu.port if tu is not None and s.action == "drain" else 0))
+    task, workdir = reload_paths(work)
     return Rollout(old_dir=old_dir, new_dir=new_dir, old_plan=old["plan"], new_plan=new["plan"], migration=mig,
-                   router_cluster=f"{old['plan']}-router", router_port=_port(router, f"{old_dir}/sky/router.yaml"),
-                   actions=tuple(actions), reload_task=reload_task(old["plan"], _port(router, f"{old_dir}/sky/router.yaml")),
-                   notes=tuple(notes), running=before,
-                   incoming=tuple(a.cluster for a in actions if a.kind == "launch"))
+                   router_cluster=router_cluster, router_port=router_port, actions=tuple(actions),
+                   reload_task=reload_task(old["plan"], router_port, workdir), notes=notes, running=before,
+                   incoming=tuple(a.cluster for a in actions if a.kind == "launch"), work=work,
+                   secrets_dir=secrets_dir, command=command, key_extra=key_extra)

@@ -1,0 +1,11 @@
+"""Diff -> ordered steps -> executor, shared by `hetcompile deploy` and `hetcompile migrate`.
+
+planner.py   the capacity-safe step order between two plans (launch, route, drain, tear down)
+actions.py   those steps as actions on real clusters: the `sky` argv, the routing table to push
+diff.py      deploy's desired state (plan + content hashes) against its record and `sky status`
+deploy.py    deploy's reconcile: the record's fleet -> OUT's plan, as one Rollout; teardown
+run.py       the one executor: runs a Rollout's actions in order, with a journal to resume
+
+Deliberately imports nothing here: explain.diff imports planner, and planner imports explain's
+rates, so loading the package must not pull in actions/run (which import explain).
+"""

@@ -1,0 +1,235 @@
+"""`hetcompile deploy OUT` as a reconciler, against the recording stub `sky` (every launch keeps the
+task it got): deploy a plan, rebuild a changed spec into the same folder, deploy again -> exactly
+the new plan's clusters run, each with its new task; a third run launches nothing; a run killed
+between two steps converges when re-run; teardown leaves nothing up; a step that would leave a
+workload with no capacity is refused unless --allow-capacity-gap."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from hetcompile.backends.emit import write
+from hetcompile.driver import compile_spec
+from hetcompile.migrate.diff import Record, task_hash
+from test_deploy import _calls, _clusters, _env
+
+QUICKSTART = ROOT / "examples" / "quickstart" / "spec.yaml"
+BUDGET_CUT = ROOT / "tests" / "explain_cases" / "quickstart-budget-cut.yaml"
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> dict[str, dict[str, str]]:
+    """The artifacts of both specs, compiled once (the solver is the slow part)."""
+    from hetcompile.backends.emit import artifacts
+
+    return {"a": artifacts(compile_spec(QUICKSTART).ir), "b": artifacts(compile_spec(BUDGET_CUT).ir)}
+
+
+def _write(out: Path, files: dict[str, str]) -> None:
+    """What `hetcompile build` writes, from precompiled artifacts (and its stale-file cleanup)."""
+    from hetcompile.backends.emit import stale
+
+    for p in stale(out, files) if out.exists() else []:
+        import shutil
+
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    for rel, text in files.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text)
+
+
+def _deploy(tmp: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["hetcompile", "deploy", str(tmp / "out"), "--health-poll", "0.01", *args], env=env,
+                          capture_output=True, text=True, cwd=tmp)
+
+
+def _launches(tmp: Path, since: int = 0) -> list[str]:
+    return [c[c.index("-c") + 1] for c in _calls(tmp)[since:] if c[:1] == ["launch"]]
+
+
+def _converged(tmp: Path, out: Path) -> dict[str, str]:
+    """Exactly the plan's clusters and the router run, each with the task OUT holds now."""
+    rec = Record.load(out)
+    plan = json.loads((out / "plan.json").read_text())
+    assert sorted(rec.applied) == sorted(r["id"] for r in plan["replicas"])
+    assert sorted(_clusters(tmp)) == sorted([*rec.applied.values(), f"{plan['plan']}-router"])
+    for rid, c in rec.applied.items():
+        assert (tmp / "sky-state" / "launched" / f"{c}.yaml").read_text() == (out / "sky" / f"{rid}.yaml").read_text()
+        assert rec.clusters[c] == {"replica": rid, "hash": task_hash(out, rid)}
+    routing = json.loads((out / "router" / "routing.json").read_text())
+    assert sorted(r["id"] for r in routing["replicas"]) == sorted(rec.applied)
+    assert all(r["endpoint"] for r in routing["replicas"])
+    return rec.applied
+
+
+def test_deploy_rebuild_converges(tmp_path: Path, builds) -> None:
+    env = _env(tmp_path)
+    out = tmp_path / "out"
+    _write(out, builds["a"])
+    p = _deploy(tmp_path, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    first = _converged(tmp_path, out)
+    assert first == {f"r{i}": f"quickstart-r{i}" for i in range(5)}
+
+    # the budget cut, rebuilt into the same folder: r2 changes shape, r4 leaves the plan
+    _write(out, builds["b"])
+    assert not (out / "sky" / "r4.yaml").exists() and not (out / "vllm" / "r4").exists()
+    n0 = len(_calls(tmp_path))
+    dry = _deploy(tmp_path, env, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "launch new r2" in dry.stdout and "tear down old r4" in dry.stdout and "tear down old r2" in dry.stdout
+    assert _launches(tmp_path, n0) == [] and len(_calls(tmp_path)) == n0 + 1  # only `sky status`
+    p = _deploy(tmp_path, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    second = _converged(tmp_path, out)
+    # r2 is replaced by a cluster of its own (the old one ran until the new one was routed)
+    assert second["r2"].startswith("quickstart-r2-") and {k: second[k] for k in ("r0", "r1", "r3")} == \
+        {k: first[k] for k in ("r0", "r1", "r3")}
+    assert _launches(tmp_path, n0) == [second["r2"]]
+    acts = [(c[0], c[-1] if c[0] == "down" else c[1]) for c in _calls(tmp_path)[n0:] if c[0] in ("down", "exec", "launch")]
+    assert ("down", "quickstart-r2") in acts and ("down", "quickstart-r4") in acts
+    # in the planner's order, the one --dry-run printed: the L4s cannot hold old and new r2 together,
+    # so old r2 goes first (the others keep serving: a dip, not a gap), then new r2 is launched and routed
+    planned = [line.split()[:2] + [line.split()[-1] if line.split()[1] == "down" else line.split()[5]]
+               for line in dry.stdout.splitlines() if line.startswith("    sky ") and line.split()[1] in ("launch", "down")]
+    done = [["sky", c[0], c[-1] if c[0] == "down" else c[c.index("-c") + 1]] for c in _calls(tmp_path)[n0:]
+            if c[0] in ("launch", "down")]
+    assert done == planned and done[-1] == ["sky", "down", "quickstart-r4"]
+
+    # a third run: nothing to do, no launch, no down
+    n1 = len(_calls(tmp_path))
+    p = _deploy(tmp_path, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "nothing to do" in p.stdout
+    assert [c for c in _calls(tmp_path)[n1:] if c[0] in ("launch", "down", "exec")] == []
+
+    # teardown: nothing of this folder's plan is left
+    t = subprocess.run(["bash", str(out / "teardown.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert t.returncode == 0, t.stderr
+    assert _clusters(tmp_path) == {} and "teardown: all 5 cluster(s) of plan quickstart are down" in t.stdout
+
+
+def test_killed_between_steps_converges(tmp_path: Path, builds) -> None:
+    env = _env(tmp_path)
+    out = tmp_path / "out"
+    _write(out, builds["a"])
+    assert _deploy(tmp_path, env).returncode == 0
+    _write(out, builds["b"])
+    # deploy dies (SIGKILL) right after `sky launch` of the new r2 returned: nothing after it ran
+    name = "quickstart-r2-" + task_hash(out, "r2")[:6]
+    (tmp_path / "sky-state" / "kill_after").write_text(name + "\n")
+    p = _deploy(tmp_path, env)
+    assert p.returncode == -9
+    assert name in _clusters(tmp_path) and Record.load(out).clusters[name]["replica"] == "r2"  # recorded before it died
+    (tmp_path / "sky-state" / "kill_after").write_text("")
+    n0 = len(_calls(tmp_path))
+    p = _deploy(tmp_path, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert _launches(tmp_path, n0) == []  # the launched r2 is kept, not launched twice
+    _converged(tmp_path, out)
+    assert "quickstart-r2" not in _clusters(tmp_path) and "quickstart-r4" not in _clusters(tmp_path)
+
+
+def test_failure_midway_then_rerun_converges(tmp_path: Path, builds) -> None:
+    env = _env(tmp_path)
+    out = tmp_path / "out"
+    _write(out, builds["a"])
+    assert _deploy(tmp_path, env).returncode == 0
+    _write(out, builds["b"])
+    (tmp_path / "sky-state" / "fail_down").write_text("quickstart-r2\n")
+    p = _deploy(tmp_path, env)
+    assert p.returncode == 1
+    assert "deploy FAILED at step" in p.stdout and "`sky down -y quickstart-r2` failed" in p.stdout
+    assert "re-run `hetcompile deploy" in p.stdout
+    (tmp_path / "sky-state" / "fail_down").write_text("")
+    p = _deploy(tmp_path, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    _converged(tmp_path, out)
+
+
+def test_stray_clusters_are_torn_down_and_teardown_covers_the_record(tmp_path: Path, builds) -> None:
+    """A cluster the record holds for this plan but no replica uses (a build that never converged),
+    and one a pre-record deploy.sh left under this plan's name: deploy downs both, after routing."""
+    env = _env(tmp_path)
+    out = tmp_path / "out"
+    _write(out, builds["a"])
+    assert _deploy(tmp_path, env).returncode == 0
+    rec = Record.load(out)
+    rec.clusters["quickstart-r9"] = {"replica": "r9", "hash": "0" * 16}
+    rec.save(out)
+    state = tmp_path / "sky-state" / "clusters.json"
+    state.write_text(json.dumps({**_clusters(tmp_path), "quickstart-r9": "UP", "quickstart-r7": "UP", "other-r1": "UP"}))
+    (out / "sky" / "router.yaml").write_text((out / "sky" / "router.yaml").read_text() + "# moved\n")
+    p = _deploy(tmp_path, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "note: the router's task (sky/router.yaml) changed; quickstart-router keeps running" in p.stdout
+    assert "note: 2 cluster(s) of this plan serve no replica of it: quickstart-r7, quickstart-r9" in p.stdout
+    assert "quickstart-r7" not in _clusters(tmp_path) and "quickstart-r9" not in _clusters(tmp_path)
+    assert "other-r1" in _clusters(tmp_path)  # another plan's cluster is never touched
+    state.write_text(json.dumps({**_clusters(tmp_path), "quickstart-r8": "UP"}))
+    rec = Record.load(out)
+    rec.clusters["quickstart-r8"] = {"replica": "r8", "hash": "1" * 16}
+    rec.save(out)
+    t = subprocess.run(["hetcompile", "teardown", str(out)], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert t.returncode == 0, t.stderr
+    assert _clusters(tmp_path) == {"other-r1": "UP"}
+
+
+def test_other_plan_in_the_folder_is_refused(tmp_path: Path, builds) -> None:
+    env = _env(tmp_path)
+    out = tmp_path / "out"
+    _write(out, builds["a"])
+    assert _deploy(tmp_path, env).returncode == 0
+    rec = Record.load(out)
+    rec.plan = "yesterday"
+    rec.save(out)
+    p = _deploy(tmp_path, env)
+    assert p.returncode == 1 and "was deployed as plan yesterday; this build is plan quickstart" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+SOLO = """name: solo
+models:
+  - {name: llama-3.1-8b, weights: meta-llama/Llama-3.1-8B-Instruct, dtype: DTYPE}
+workloads:
+  - {name: chat, model: llama-3.1-8b, input_tokens: 763, output_tokens: 232}
+regions:
+  - name: us-central1
+    cloud: gcp
+    offers:
+      - {gpu: A100, gpus_per_node: 1, max_nodes: 1, price: $3.67/h}
+network:
+  intra_region: {bandwidth: 10Gbps, latency: 1ms}
+  inter_region: {bandwidth: 1Gbps, latency: 30ms}
+budget: $4/h
+objective: max-throughput
+solver: {time_limit: 30s}
+"""
+
+
+def test_capacity_gap_is_refused_unless_allowed(tmp_path: Path) -> None:
+    """One A100 serves chat and only one can be had: replacing it leaves chat with nothing while
+    the new one loads. Refused (naming chat, the steps and how long), then run when allowed."""
+    env = _env(tmp_path)
+    out = tmp_path / "out"
+    spec = tmp_path / "solo.yaml"
+    spec.write_text(SOLO.replace("DTYPE", "auto"))
+    write(compile_spec(spec).ir, out)
+    assert _deploy(tmp_path, env).returncode == 0
+    spec.write_text(SOLO.replace("DTYPE", "fp16"))
+    write(compile_spec(spec).ir, out)
+    n0 = len(_calls(tmp_path))
+    p = _deploy(tmp_path, env, "--health-timeout", "15min")
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "deploy: refused: workload chat would have no capacity after steps 1-3" in p.stdout
+    assert "while new r0 launch(es) and load: up to 1 x the health timeout (15min)" in p.stdout
+    assert [c for c in _calls(tmp_path)[n0:] if c[0] in ("launch", "down", "exec")] == []
+    p = _deploy(tmp_path, env, "--allow-capacity-gap")
+    assert p.returncode == 0, p.stdout + p.stderr
+    # named while the old r0 still ran (at plan time): the replacement has a name of its own
+    assert _converged(tmp_path, out)["r0"].startswith("solo-r0-")
