@@ -63,10 +63,10 @@ import yaml  # noqa: E402
 
 import hetcompile.passes.compose as compose_mod  # noqa: E402
 from hetcompile.driver import compile_spec  # noqa: E402
-from hetcompile.ir.errors import HetcompileError  # noqa: E402
+from hetcompile.errors import HetcompileError  # noqa: E402
 from hetcompile.passes.compose import tables  # noqa: E402
 from hetcompile.passes.compose_model import ComposeTables, build_model, solution_cost  # noqa: E402
-from hetcompile.passes.solve import SolverOptions, solve  # noqa: E402
+from hetcompile.opt.solve import SolverOptions, solve  # noqa: E402
 
 GPUS = ("RTX4090", "A40", "A6000", "L40", "A100-80GB", "H100")  # Table 4's column order
 AVAIL = {  # 003 Table 4: 4090, A40, A6000, L40, A100, H100

@@ -27,10 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hetcompile.placement import SolverOptions, place  # noqa: E402
 from hetcompile.placement.baselines import evaluate_placement, petals, separate_pipelines, swarm  # noqa: E402
 from hetcompile.placement.helix_import import SETUPS, helix_layout, load_setup  # noqa: E402
+from hetcompile.placement.verify import verify_result
 
 
 def row(name: str, res, *, helix_value: float | None = None, wall: float | None = None) -> dict:
-    res.verify()
+    verify_result(res)
     out = {"plan": name, "helix_flow": res.helix_flow, "depth_aware": res.depth_aware_capacity,
            "bound": res.bound, "gap": res.gap, "wall_s": wall, "source": res.incumbent_source}
     if helix_value:

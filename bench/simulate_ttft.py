@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hetcompile.ir.plan_io import read_plan_doc  # noqa: E402
+from hetcompile.plan.io import read_plan_doc  # noqa: E402
 from hetcompile.simulate.capacity_check import example_plans, ttft_cases  # noqa: E402
 
 

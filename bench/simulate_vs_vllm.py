@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from hetcompile.ir.plan import PlanDoc  # noqa: E402
-from hetcompile.ir.plan_io import read_plan_doc  # noqa: E402
+from hetcompile.plan.doc import PlanDoc  # noqa: E402
+from hetcompile.plan.io import read_plan_doc  # noqa: E402
 from hetcompile.profiling.replay import replay, throughput  # noqa: E402
 from hetcompile.simulate.run import Arrival, WARMUP_FRACTION, simulate  # noqa: E402
 

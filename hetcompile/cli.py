@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from hetcompile import __version__
-from hetcompile.ir.errors import HetcompileError
+from hetcompile.errors import HetcompileError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Compile LLM serving specs into plans for mixed GPU fleets.")
@@ -61,7 +61,7 @@ def build(
     ),
 ) -> None:
     """Compile SPEC into a plan and its artifacts under OUT."""
-    from hetcompile.backends.canon import dumps_json
+    from hetcompile.plan.canon import dumps_json
     from hetcompile.backends.emit import write
     from hetcompile.backends.plan_json import plan_doc
     from hetcompile.driver import compile_spec
@@ -133,7 +133,7 @@ def explain(
 
     from hetcompile.explain import diff_plans, explain_plan, read_plan
     from hetcompile.explain.render import FORMATS, render_diff, render_explanation, rich_renderables
-    from hetcompile.ir.errors import did_you_mean
+    from hetcompile.errors import did_you_mean
 
     try:
         if fmt not in FORMATS:
@@ -226,7 +226,7 @@ def deploy(
         return
     except pf.PreflightFailed as exc:
         err.print(f"deploy: {exc}", markup=False)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     rc = Runner(d.rollout, env=env, health_timeout=timeout_s, drain_s=drain_s, poll=health_poll, log=lambda m: out.print(m, markup=False),
                 after=dep.recorder(d), allow_gap=allow_capacity_gap).run()
     if rc == 0:
@@ -299,7 +299,7 @@ def fill_endpoints(
     in_place: bool = typer.Option(False, "--in-place", help="rewrite TABLE instead of printing"),
 ) -> None:
     """Write replica endpoints (from `sky status --endpoint`) into a routing table."""
-    from hetcompile.backends.canon import dumps_json
+    from hetcompile.plan.canon import dumps_json
     from hetcompile.ir.routing import RoutingTable
 
     try:
@@ -356,7 +356,7 @@ def profile(
                                               "(vLLM --api-key; a deployed replica's is HC_VLLM_API_KEY, in OUT/vllm.key)"),
 ) -> None:
     """Measure a running vLLM server with a bounded load sweep; fit the step-time model; write a profiles file."""
-    from hetcompile.backends.canon import dumps_yaml
+    from hetcompile.plan.canon import dumps_yaml
     from hetcompile.profiling import SweepConfig, profile as run_profile
 
     try:
@@ -402,11 +402,11 @@ def simulate(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="where to write simulation.json (default OUT/simulation.json)"),
 ) -> None:
     """Replay arrivals through the plan's replicas and router weights (discrete-event); write simulation.json."""
-    from hetcompile.backends.canon import dumps_json
+    from hetcompile.plan.canon import dumps_json
     from hetcompile.explain.doc import Doc
     from hetcompile.explain.render import rich_renderables
     from hetcompile.explain.simulation import simulation_section
-    from hetcompile.ir.plan_io import read_plan_doc
+    from hetcompile.plan.io import read_plan_doc
     from hetcompile.ir.units import parse_duration
     from hetcompile.simulate import poisson_arrivals, simulate as run_simulation, trace_arrivals
 

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Callable
 
 from hetcompile.ir.lower import load_problem
-from hetcompile.ir.plan_io import read_plan_doc
-from hetcompile.ir.previous import DEFAULT_CHURN_PENALTY, previous_plan
+from hetcompile.plan.io import read_plan_doc
+from hetcompile.plan.previous import DEFAULT_CHURN_PENALTY, previous_plan
 from hetcompile.passes import default_pipeline
 from hetcompile.passes.base import PassContext, PipelineResult, run_pipeline
-from hetcompile.passes.solve import SolverOptions
+from hetcompile.opt.solve import SolverOptions
 
 
 def compile_spec(

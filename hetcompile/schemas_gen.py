@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from hetcompile.backends.canon import dumps_json
+from hetcompile.plan.canon import dumps_json
 from hetcompile.explain.model import json_schema as explain_schema
-from hetcompile.ir.plan import PlanDoc
+from hetcompile.plan.doc import PlanDoc
 from hetcompile.ir.routing import RoutingTable
 from hetcompile.ir.spec import Spec
 from hetcompile.simulate.doc import SimulationDoc

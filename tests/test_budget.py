@@ -97,6 +97,6 @@ def test_random_specs_cost_what_compose_priced(tmp_path, seed):
     try:
         check(spec)
     except Exception as exc:  # an infeasible random spec is fine; it must say so as a user error
-        from hetcompile.ir.errors import HetcompileError
+        from hetcompile.errors import HetcompileError
 
         assert isinstance(exc, HetcompileError), repr(exc)

@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 
 from hetcompile.driver import compile_spec
-from hetcompile.ir.errors import InfeasibleError
+from hetcompile.errors import InfeasibleError
 from hetcompile.ir.problem import (
     Engine,
     GpuType,
@@ -53,7 +53,7 @@ from hetcompile.ir.problem import (
 from hetcompile.passes.base import PassContext
 from hetcompile.passes.compose import THETA_KEEP, Compose, tables
 from hetcompile.passes.compose_model import ComposeTables, build_model, extract, solution_cost
-from hetcompile.passes.solve import SolverOptions, solve
+from hetcompile.opt.solve import SolverOptions, solve
 
 H = 3600.0
 REL = 1e-6
@@ -310,7 +310,7 @@ class BruteForce:
         for o in t.offers:
             mine = [c for c in t.shapes if t.shape_offer[c] == o]
             ranges = [range(t.avail[o] // t.shape_gpus[c] + 1) for c in mine]
-            fits = lambda ns: sum(n * t.shape_gpus[c] for c, n in zip(mine, ns)) <= t.avail[o]  # noqa: E731
+            fits = lambda ns: sum(n * t.shape_gpus[c] for c, n in zip(mine, ns)) <= t.avail[o]  # noqa: E731, B023 (used in this iteration only)
             ok = [dict(zip(mine, ns)) for ns in itertools.product(*ranges) if fits(ns)]
             per_offer.append(ok)
         lp = ThetaLP(t)
@@ -747,7 +747,7 @@ def hard_case() -> Case:
 def test_node_limit_is_a_reproducible_work_budget():
     case = hard_case()
     opts = SolverOptions(time_limit_s=600.0, mip_gap=1e-9, node_limit=1)
-    runs = [solve(m := build_model(case.t, "theta"), opts, name="compose/max-theta") for _ in range(2)]
+    runs = [solve(build_model(case.t, "theta"), opts, name="compose/max-theta") for _ in range(2)]
     assert [r.limit for r in runs] == ["nodes", "nodes"] and runs[0].status == "feasible"
     assert runs[0].objective == runs[1].objective and runs[0].gap > 0
     full = solve(build_model(case.t, "theta"), SOLVER, name="full")
@@ -758,7 +758,7 @@ def test_node_limit_is_a_reproducible_work_budget():
 
 
 def test_progress_lines_during_a_solve_do_not_change_it(monkeypatch):
-    import hetcompile.passes.solve as solve_mod
+    import hetcompile.opt.solve as solve_mod
 
     monkeypatch.setattr(solve_mod, "PROGRESS_EVERY_S", 0.0)  # every interrupt callback reports
     heard: list[str] = []

@@ -131,7 +131,7 @@ def _evil_spec() -> str:
 def test_injection_through_names_is_refused_at_the_spec(tmp_path: Path) -> None:
     import yaml
 
-    from hetcompile.ir.errors import SpecError
+    from hetcompile.errors import SpecError
 
     for edit in ("model", "workload", "region"):
         spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu" / "spec.yaml").read_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hetcompile.driver import compile_spec
-from hetcompile.ir.errors import HetcompileError
+from hetcompile.errors import HetcompileError
 
 from conftest import ROOT
 

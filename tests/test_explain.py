@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import ROOT
-from hetcompile.backends.canon import canon, dumps_json
+from hetcompile.plan.canon import canon, dumps_json
 from hetcompile.backends.plan_json import plan_dict
 from hetcompile.cli import app
 from hetcompile.driver import compile_spec

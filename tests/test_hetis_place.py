@@ -27,7 +27,7 @@ from hetcompile.backends.plan_json import plan_dict
 from hetcompile.passes.place import idle_owned, materialize
 from hetcompile.passes.place_hetis import select_chains
 from hetcompile.passes.place_problem import placement_problem
-from hetcompile.passes.solve import SolverOptions
+from hetcompile.opt.solve import SolverOptions
 from hetcompile.perf import analytic, attention, catalog
 from hetcompile.perf.capacity import chain_capacity
 

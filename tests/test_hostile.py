@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetcompile.driver import compile_spec
-from hetcompile.ir.errors import HetcompileError, PassError, SpecError
+from hetcompile.errors import HetcompileError, PassError, SpecError
 from hetcompile.ir.load import read_spec
 from hetcompile.ir.lower import load_problem
 from hetcompile.ir.yaml_spans import load_yaml
@@ -225,7 +225,7 @@ def test_hostile_ids_in_previous_plan_are_refused_and_nothing_escapes(
 
 def test_artifacts_never_leave_the_output_directory(tmp_path: Path) -> None:
     from hetcompile.backends.emit import _inside
-    from hetcompile.ir.errors import BackendError
+    from hetcompile.errors import BackendError
 
     assert _inside(tmp_path, "sky/r0.yaml") == tmp_path / "sky/r0.yaml"
     for rel in ("../x", "sky/../../x", "/etc/passwd"):

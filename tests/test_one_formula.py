@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
-from hetcompile.ir.plan_io import read_plan_doc
+from hetcompile.plan.io import read_plan_doc
 from hetcompile.perf import analytic, capacity, catalog
 from hetcompile.perf.capacity import chain_capacity, fluid_capacity
 

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import ROOT
 from hetcompile.driver import compile_spec
-from hetcompile.ir.errors import PassError
+from hetcompile.errors import PassError
 from hetcompile.passes import default_pipeline, get_all_passes
 from hetcompile.perf.capacity import chain_capacity
 from hetcompile.perf import analytic, catalog

@@ -16,7 +16,7 @@ import pytest
 
 from hetcompile.backends.emit import artifacts
 from hetcompile.driver import compile_spec
-from hetcompile.ir.errors import BackendError, SpecError
+from hetcompile.errors import BackendError, SpecError
 from hetcompile.passes.place import idle_owned, materialize
 from hetcompile.passes.place_problem import placement_problem
 from hetcompile.placement.evaluate import flow_graph
@@ -199,7 +199,7 @@ def test_unknown_coordinator_region_has_did_you_mean(tmp_path):
 
 def test_rates_lp_matches_a_hand_solution():
     from hetcompile.passes.rates import max_scale
-    from hetcompile.passes.solve import SolverOptions
+    from hetcompile.opt.solve import SolverOptions
 
     # r0 serves chat at 4/s or batch at 1/s; r1 only batch at 2/s; demand 1:1
     theta, x = max_scale({"r0": {"chat": 4.0, "batch": 1.0}, "r1": {"batch": 2.0}}, {"chat": 1.0, "batch": 1.0},

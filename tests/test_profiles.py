@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 from hetcompile.backends.plan_json import plan_doc
 from hetcompile.driver import compile_spec
-from hetcompile.ir.errors import SpecError
+from hetcompile.errors import SpecError
 from hetcompile.perf.capacity import chain_capacity
 
 TINY = (ROOT / "examples" / "tiny-cpu" / "spec.yaml").read_text()

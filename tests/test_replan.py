@@ -15,7 +15,7 @@ from hetcompile.backends.emit import artifacts, write
 from hetcompile.cli import app
 from hetcompile.driver import compile_spec
 from hetcompile.explain.diff import match
-from hetcompile.ir.errors import HetcompileError, InfeasibleError
+from hetcompile.errors import HetcompileError, InfeasibleError
 
 QUICKSTART = ROOT / "examples" / "quickstart" / "spec.yaml"
 LOST_L4 = ROOT / "tests" / "explain_cases" / "quickstart-lost-l4.yaml"

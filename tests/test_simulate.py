@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from conftest import ROOT
 from hetcompile.cli import app
-from hetcompile.ir.plan_io import read_plan_doc
+from hetcompile.plan.io import read_plan_doc
 from hetcompile.perf.capacity import chain_capacity, decode_rate
 from hetcompile.perf.stepmodel import Hop, LayerCost, ReplicaModel, StageModel
 from hetcompile.simulate import SimulationError, poisson_arrivals, simulate, trace_arrivals
@@ -210,7 +210,7 @@ def test_cli_writes_schema_valid_simulation_and_explain_shows_it(tmp_path: Path)
 
 
 def test_slo_attainment() -> None:
-    from hetcompile.ir.plan import Slo
+    from hetcompile.plan.doc import Slo
 
     plan = read_plan_doc(TINY)
 

@@ -85,7 +85,7 @@ def test_planned_load_meets_the_slo_in_simulation(spec: str, tmp_path) -> None:
     from conftest import ROOT
     from hetcompile.backends.emit import write
     from hetcompile.driver import compile_spec
-    from hetcompile.ir.plan_io import read_plan_doc
+    from hetcompile.plan.io import read_plan_doc
     from hetcompile.simulate import poisson_arrivals, simulate
 
     write(compile_spec(ROOT / spec).ir, tmp_path)

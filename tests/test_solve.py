@@ -1,4 +1,4 @@
-"""passes/solve.py: the one place HiGHS is called."""
+"""opt/solve.py: the one place HiGHS is called."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pyomo.environ as pyo
 import pytest
 
-from hetcompile.passes.solve import SolverOptions, solve
+from hetcompile.opt.solve import SolverOptions, solve
 
 
 def _knapsack() -> pyo.ConcreteModel:

@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 from hetcompile.backends import deploy, skypilot, vllm
-from hetcompile.backends.canon import dumps_json
+from hetcompile.plan.canon import dumps_json
 from hetcompile.backends.plan_json import plan_dict, timings_dict
 from hetcompile.backends.plan_md import plan_md
-from hetcompile.ir.errors import BackendError
+from hetcompile.errors import BackendError
 from hetcompile.ir.problem import Problem
 
 

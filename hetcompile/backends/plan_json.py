@@ -1,4 +1,4 @@
-"""plan.json: the finished Problem IR as a `PlanDoc` (hetcompile/ir/plan.py), canonical and byte-stable.
+"""plan.json: the finished Problem IR as a `PlanDoc` (hetcompile/plan/doc.py), canonical and byte-stable.
 
 Wall-clock times are left out on purpose (they differ run to run); they go to timings.json.
 `totals` are computed from the emitted replicas and nodes; the bound comes from the solve whose
@@ -10,12 +10,12 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from hetcompile import __version__
-from hetcompile.ir.plan import (
+from hetcompile.plan.doc import (
     Compiler, EngineSettings, PassSummary, PlanDoc, PlanModel, PlanNode, PlanReplica, PlanStage, PlanWorkload,
     ReplicaWorkload, Slo, Totals,
 )
 from hetcompile.ir.problem import Problem, Replica
-from hetcompile.passes.solve import relative_gap
+from hetcompile.opt.solve import relative_gap
 
 OBJECTIVE_UNIT = {
     "max-throughput": "x demand",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hetcompile.backends.canon import canon
+from hetcompile.plan.canon import canon
 from hetcompile.backends.templating import render
 
 

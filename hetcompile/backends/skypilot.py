@@ -17,9 +17,9 @@ Task YAML is data: serialized from dicts, never templated.
 
 from __future__ import annotations
 
-from hetcompile.backends.canon import dumps_yaml, dumps_yaml_docs
+from hetcompile.plan.canon import dumps_yaml, dumps_yaml_docs
 from hetcompile.backends.vllm import NodeScript
-from hetcompile.ir.errors import BackendError
+from hetcompile.errors import BackendError
 from hetcompile.ir.problem import Problem, Replica
 from hetcompile.ir.routing import VLLM_KEY_ENV
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hetcompile.backends.canon import canon, natural_key
+from hetcompile.plan.canon import canon, natural_key
 from hetcompile.explain import rates
 from hetcompile.migrate.planner import plan_migration
 from hetcompile.explain.model import (

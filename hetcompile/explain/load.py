@@ -1,13 +1,13 @@
 """Read a plan.json (or an OUT directory holding one) for explain/diff, or say plainly why not.
 
-The file is validated as a `PlanDoc` (hetcompile/ir/plan_io.py); explain then reads it as a dict.
+The file is validated as a `PlanDoc` (hetcompile/plan/io.py); explain then reads it as a dict.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from hetcompile.ir.plan_io import PlanReadError, check_plan_doc, read_plan_doc
+from hetcompile.plan.io import PlanReadError, check_plan_doc, read_plan_doc
 
 __all__ = ["PlanReadError", "check_plan", "read_plan"]
 

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import Field, TypeAdapter, model_validator
+
+from hetcompile.frozen import Frozen
 
 SCHEMA_VERSION = 1
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 # --------------------------------------------------------------------------- explain
 
 
-class Bottleneck(_Frozen):
+class Bottleneck(Frozen):
     """What bounds a chain's capacity for one workload."""
 
     kind: Annotated[
@@ -36,7 +36,7 @@ class Bottleneck(_Frozen):
     text: Annotated[str, Field(description="the same in words")]
 
 
-class StageView(_Frozen):
+class StageView(Frozen):
     index: Annotated[int, Field(description="position in the pipeline, 0 first")]
     node: Annotated[str, Field(description="node id")]
     offer: Annotated[str | None, Field(description="offer the node comes from")]
@@ -49,7 +49,7 @@ class StageView(_Frozen):
     bottleneck: Annotated[bool, Field(description="the heaviest stage of the chain (none when all stages weigh the same)")]
 
 
-class ReplicaLoad(_Frozen):
+class ReplicaLoad(Frozen):
     workload: Annotated[str, Field(description="workload name")]
     weight: Annotated[float, Field(description="p_{r,w}: share of the workload's traffic routed here")]
     routed_requests_per_s: Annotated[float, Field(description="x_{r,w} = p_{r,w} s_w")]
@@ -65,7 +65,7 @@ class ReplicaLoad(_Frozen):
     tpot_s: Annotated[float | None, Field(description="estimated time per output token, s")]
 
 
-class ReplicaView(_Frozen):
+class ReplicaView(Frozen):
     id: Annotated[str, Field(description="replica id")]
     model: Annotated[str, Field(description="model name")]
     shape: Annotated[str | None, Field(description="candidate shape the replica instantiates")]
@@ -85,7 +85,7 @@ class ReplicaView(_Frozen):
         description="the replica's chain from the plan's placement block (depth, C, binding, Helix flow), when present")] = None
 
 
-class PlanBinding(_Frozen):
+class PlanBinding(Frozen):
     kind: Annotated[
         Literal["budget", "availability", "demand", "placement", "slo", "memory", "link", "engine", "other"],
         Field(description="family of the constraint"),
@@ -95,7 +95,7 @@ class PlanBinding(_Frozen):
     text: Annotated[str, Field(description="the constraint in words")]
 
 
-class OfferCost(_Frozen):
+class OfferCost(Frozen):
     offer: Annotated[str, Field(description="region/GPUxN")]
     gpu: Annotated[str, Field(description="GPU type")]
     region: Annotated[str, Field(description="region")]
@@ -107,7 +107,7 @@ class OfferCost(_Frozen):
     share: Annotated[float, Field(description="fraction of the plan's $/h")]
 
 
-class RegionCost(_Frozen):
+class RegionCost(Frozen):
     region: Annotated[str, Field(description="region")]
     nodes: Annotated[int, Field(description="nodes used")]
     gpus: Annotated[int, Field(description="GPUs used")]
@@ -115,7 +115,7 @@ class RegionCost(_Frozen):
     share: Annotated[float, Field(description="fraction of the plan's $/h")]
 
 
-class CostBreakdown(_Frozen):
+class CostBreakdown(Frozen):
     price_per_hour: Annotated[float, Field(description="the plan's $/h (sum over nodes)")]
     budget_per_hour: Annotated[float | None, Field(description="the spec's budget, $/h (null: none)")]
     budget_left_per_hour: Annotated[float | None, Field(description="budget - price, $/h")]
@@ -126,7 +126,7 @@ class CostBreakdown(_Frozen):
     by_region: Annotated[tuple[RegionCost, ...], Field(description="sorted by region")]
 
 
-class PassView(_Frozen):
+class PassView(Frozen):
     name: Annotated[str, Field(description="pass name")]
     status: Annotated[str, Field(description="ok, optimal, time-limit, ...")]
     objective: Annotated[float | None, Field(description="objective value the pass reports")]
@@ -135,7 +135,7 @@ class PassView(_Frozen):
     notes: Annotated[tuple[str, ...], Field(description="the pass's notes")]
 
 
-class SolverView(_Frozen):
+class SolverView(Frozen):
     objective: Annotated[str | None, Field(description="the spec's objective")]
     objective_value: Annotated[float | None, Field(description="the plan's objective value")]
     bound: Annotated[float | None, Field(description="proven bound on the objective (null: none)")]
@@ -144,13 +144,13 @@ class SolverView(_Frozen):
     passes: Annotated[tuple[PassView, ...], Field(description="every pass, in pipeline order")]
 
 
-class EstimateGroup(_Frozen):
+class EstimateGroup(Frozen):
     source: Annotated[str, Field(description="analytic or measured")]
     replicas: Annotated[tuple[str, ...], Field(description="replicas whose estimates come from it")]
     text: Annotated[str, Field(description="where such numbers come from")]
 
 
-class WorkloadView(_Frozen):
+class WorkloadView(Frozen):
     name: Annotated[str, Field(description="workload")]
     model: Annotated[str | None, Field(description="model")]
     demand: Annotated[float | None, Field(description="rate (requests/s), share of the mix, or number of requests")]
@@ -164,7 +164,7 @@ class WorkloadView(_Frozen):
     tpot_s: Annotated[float | None, Field(description="routing-weighted mean TPOT")]
 
 
-class Summary(_Frozen):
+class Summary(Frozen):
     requests_per_s: Annotated[float | None, Field(description="requests/s served (sum over workloads)")]
     tokens_per_s: Annotated[float | None, Field(description="prompt + output tokens/s")]
     output_tokens_per_s: Annotated[float | None, Field(description="output tokens/s")]
@@ -176,7 +176,7 @@ class Summary(_Frozen):
     makespan_s: Annotated[float | None, Field(description="time to finish a requests-kind workload, s (null: rate workloads)")] = None
 
 
-class Explanation(_Frozen):
+class Explanation(Frozen):
     """Why a plan looks the way it does."""
 
     kind: Annotated[Literal["explanation"], Field(description="output kind")] = "explanation"
@@ -201,13 +201,13 @@ class Explanation(_Frozen):
 # --------------------------------------------------------------------------- diff
 
 
-class PlanRef(_Frozen):
+class PlanRef(Frozen):
     plan: Annotated[str, Field(description="plan name")]
     spec_hash: Annotated[str | None, Field(description="sha256 of the spec")]
     models: Annotated[tuple[str, ...], Field(description="models served")]
 
 
-class OfferDelta(_Frozen):
+class OfferDelta(Frozen):
     offer: Annotated[str, Field(description="region/GPUxN")]
     status: Annotated[Literal["added", "removed", "changed"], Field(description="offer new, gone, or used differently")]
     old_nodes: Annotated[int, Field(description="nodes in the old plan")]
@@ -217,13 +217,13 @@ class OfferDelta(_Frozen):
     delta_price_per_hour: Annotated[float, Field(description="new $/h - old $/h")]
 
 
-class NodeRef(_Frozen):
+class NodeRef(Frozen):
     id: Annotated[str, Field(description="node id (a label: place numbers nodes per offer in order)")]
     offer: Annotated[str | None, Field(description="offer")]
     price_per_hour: Annotated[float, Field(description="$/h")]
 
 
-class ReplicaRef(_Frozen):
+class ReplicaRef(Frozen):
     id: Annotated[str, Field(description="replica id in its plan")]
     model: Annotated[str, Field(description="model")]
     shape: Annotated[str | None, Field(description="shape")]
@@ -232,13 +232,13 @@ class ReplicaRef(_Frozen):
     price_per_hour: Annotated[float, Field(description="$/h")]
 
 
-class FieldChange(_Frozen):
+class FieldChange(Frozen):
     field: Annotated[str, Field(description="layers, tp, pp, region, gpu, offer, dtype, nodes, estimate")]
     old: Annotated[str, Field(description="old value, as text")]
     new: Annotated[str, Field(description="new value, as text")]
 
 
-class ReplicaPair(_Frozen):
+class ReplicaPair(Frozen):
     old: Annotated[str, Field(description="replica id in the old plan")]
     new: Annotated[str, Field(description="replica id in the new plan")]
     relabelled: Annotated[bool, Field(description="same deployment under other node or replica ids")]
@@ -247,7 +247,7 @@ class ReplicaPair(_Frozen):
     delta_price_per_hour: Annotated[float, Field(description="new $/h - old $/h")]
 
 
-class WeightShift(_Frozen):
+class WeightShift(Frozen):
     workload: Annotated[str, Field(description="workload class")]
     old: Annotated[str | None, Field(description="replica id in the old plan (null: added)")]
     new: Annotated[str | None, Field(description="replica id in the new plan (null: removed)")]
@@ -256,14 +256,14 @@ class WeightShift(_Frozen):
     delta: Annotated[float, Field(description="new - old")]
 
 
-class MetricDelta(_Frozen):
+class MetricDelta(Frozen):
     metric: Annotated[str, Field(description="totals key")]
     old: Annotated[float | None, Field(description="old value")]
     new: Annotated[float | None, Field(description="new value")]
     delta: Annotated[float | None, Field(description="new - old (null when either is missing)")]
 
 
-class WorkloadDelta(_Frozen):
+class WorkloadDelta(Frozen):
     workload: Annotated[str, Field(description="workload")]
     old_served: Annotated[float | None, Field(description="s_w in the old plan")]
     new_served: Annotated[float | None, Field(description="s_w in the new plan")]
@@ -275,7 +275,7 @@ class WorkloadDelta(_Frozen):
     new_tpot_s: Annotated[float | None, Field(description="routing-weighted mean TPOT in the new plan, s")]
 
 
-class Unit(_Frozen):
+class Unit(Frozen):
     """A running replica during a migration: old only, new only, or both (untouched)."""
 
     old: Annotated[str | None, Field(description="replica id in the old plan")] = None
@@ -296,19 +296,19 @@ class Unit(_Frozen):
         return self.old if self.old == self.new else f"{self.old} (new {self.new})"
 
 
-class Routed(_Frozen):
+class Routed(Frozen):
     unit: Annotated[Unit, Field(description="replica")]
     mix: Annotated[Literal["old", "new"], Field(description="which plan's mix it serves (k_{r,w} of that plan)")]
     weights: Annotated[dict[str, float], Field(description="its share of each workload class: k_{r,w} / K_w")]
 
 
-class StepCapacity(_Frozen):
+class StepCapacity(Frozen):
     workload: Annotated[str, Field(description="workload")]
     requests_per_s: Annotated[float, Field(description="K_w of the routed replicas after the step")]
     target: Annotated[float, Field(description="min(K_w(old), K_w(new))")]
 
 
-class Step(_Frozen):
+class Step(Frozen):
     index: Annotated[int, Field(description="1-based order")]
     action: Annotated[
         Literal["launch", "route", "drain", "teardown"],
@@ -323,14 +323,14 @@ class Step(_Frozen):
     capacity: Annotated[tuple[StepCapacity, ...], Field(description="serving capacity after the step")]
 
 
-class Dip(_Frozen):
+class Dip(Frozen):
     step: Annotated[int, Field(description="step index")]
     workload: Annotated[str, Field(description="workload")]
     requests_per_s: Annotated[float, Field(description="capacity after the step")]
     target: Annotated[float, Field(description="min(K_w(old), K_w(new))")]
 
 
-class Migration(_Frozen):
+class Migration(Frozen):
     mode: Annotated[
         Literal["none", "side-by-side", "rolling"],
         Field(description="none: nothing to do; side-by-side: new replicas up before old ones go; rolling: "
@@ -345,7 +345,7 @@ class Migration(_Frozen):
     dips: Annotated[tuple[Dip, ...], Field(description="where capacity drops below the target, and by how much")]
 
 
-class PlanDiff(_Frozen):
+class PlanDiff(Frozen):
     """What changes between two plans, and how to get from one to the other."""
 
     kind: Annotated[Literal["diff"], Field(description="output kind")] = "diff"

@@ -18,7 +18,7 @@ from rich.rule import Rule
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from hetcompile.backends.canon import dumps_json
+from hetcompile.plan.canon import dumps_json
 from hetcompile.explain import diagram
 from hetcompile.explain.doc import Doc, Table, diff_doc, explanation_doc
 from hetcompile.explain.model import Explanation, PlanDiff

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from hetcompile.ir.errors import Span, SpecError, did_you_mean
+from hetcompile.errors import Span, SpecError, did_you_mean
 from hetcompile.ir.spec import MeasuredProfile, Spec
 from hetcompile.ir.yaml_spans import SourceMap, decode, load_yaml
 

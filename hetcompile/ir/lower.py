@@ -11,7 +11,7 @@ import hashlib
 import math
 from pathlib import Path
 
-from hetcompile.ir.errors import SpecError, did_you_mean
+from hetcompile.errors import SpecError, did_you_mean
 from hetcompile.ir.load import read_profiles, read_spec
 from hetcompile.ir.problem import (
     Engine,

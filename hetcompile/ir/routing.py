@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from hetcompile.frozen import Frozen
 
 Policy = Literal["weighted", "kv-aware", "min-max", "round-robin", "least-outstanding"]
 POLICIES: tuple[str, ...] = ("weighted", "kv-aware", "min-max", "round-robin", "least-outstanding")
@@ -40,16 +42,14 @@ POLICIES: tuple[str, ...] = ("weighted", "kv-aware", "min-max", "round-robin", "
 VLLM_KEY_ENV = "HC_VLLM_API_KEY"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class HeaderMatch(_Frozen):
+class HeaderMatch(Frozen):
     name: Annotated[str, Field(description="HTTP header name (case-insensitive)")]
     value: Annotated[str, Field(description="exact header value that selects the class")]
 
 
-class ClassMatch(_Frozen):
+class ClassMatch(Frozen):
     """Conditions that all must hold; an absent bound does not constrain."""
 
     prompt_tokens_min: Annotated[int | None, Field(default=None, description="prompt tokens >= this")] = None
@@ -59,12 +59,12 @@ class ClassMatch(_Frozen):
     header: Annotated[HeaderMatch | None, Field(default=None, description="header that selects the class")] = None
 
 
-class ReplicaWeight(_Frozen):
+class ReplicaWeight(Frozen):
     replica: Annotated[str, Field(description="replica id")]
     weight: Annotated[float, Field(ge=0, description="share of the class's traffic (sums to 1 per class)")]
 
 
-class WorkloadClass(_Frozen):
+class WorkloadClass(Frozen):
     name: Annotated[str, Field(description="workload class name from the spec")]
     match: Annotated[ClassMatch, Field(default_factory=ClassMatch, description="which requests belong here")]
     input_tokens: Annotated[float, Field(gt=0, description="mean prompt tokens of this class (KV estimates)")]
@@ -73,12 +73,12 @@ class WorkloadClass(_Frozen):
     policy: Annotated[Policy | None, Field(default=None, description="overrides the table's policy")] = None
 
 
-class RoutedModel(_Frozen):
+class RoutedModel(Frozen):
     name: Annotated[str, Field(description="model name clients send (vLLM --served-model-name)")]
     classes: Annotated[tuple[WorkloadClass, ...], Field(min_length=1, description="first match wins")]
 
 
-class RoutedReplica(_Frozen):
+class RoutedReplica(Frozen):
     id: Annotated[str, Field(description="replica id, unique in the plan")]
     model: Annotated[str, Field(description="served model name")]
     endpoint: Annotated[
@@ -107,7 +107,7 @@ class RoutedReplica(_Frozen):
     region: Annotated[str, Field(default="", description="region, informational")] = ""
 
 
-class RoutingTable(_Frozen):
+class RoutingTable(Frozen):
     version: Annotated[Literal[1], Field(description="format version")] = 1
     plan: Annotated[str, Field(description="plan name")]
     spec_hash: Annotated[str, Field(default="", description="sha256 of the spec the plan came from")] = ""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from hetcompile.ir.errors import Span, SpecError
+from hetcompile.errors import Span, SpecError
 
 Path = tuple
 

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import yaml
 
-from hetcompile.backends.canon import dumps_yaml, natural_key
+from hetcompile.plan.canon import dumps_yaml, natural_key
 from hetcompile.explain import diff_plans, read_plan
 from hetcompile.explain.model import Migration, Routed, Unit
-from hetcompile.ir.errors import HetcompileError
+from hetcompile.errors import HetcompileError
 from hetcompile.ir.routing import ReplicaWeight, RoutedReplica, RoutingTable
 from hetcompile.migrate.planner import Plans, State, apply
 

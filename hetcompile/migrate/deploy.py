@@ -24,7 +24,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetcompile.backends.canon import natural_key
+from hetcompile.plan.canon import natural_key
 from hetcompile.explain import read_plan
 from hetcompile.ir.routing import RoutingTable
 from hetcompile.migrate.actions import (

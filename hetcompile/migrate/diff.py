@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetcompile.backends.canon import dumps_json
+from hetcompile.plan.canon import dumps_json
 from hetcompile.migrate.actions import RolloutError
 
 

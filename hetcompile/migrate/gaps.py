@@ -31,7 +31,7 @@ def capacity_gaps(ro: Rollout) -> list[Gap]:
     out: list[Gap] = []
     for w in sorted({c.workload for s in steps for c in s.capacity}):
         run: list = []
-        for i, s in enumerate([*steps, None]):
+        for s in [*steps, None]:
             cap = None if s is None else next((c for c in s.capacity if c.workload == w), None)
             empty = cap is not None and cap.target > ZERO and cap.requests_per_s <= ZERO
             if empty:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hetcompile.backends.canon import natural_key
+from hetcompile.plan.canon import natural_key
 from hetcompile.explain import rates
 from hetcompile.explain.doc import money
 from hetcompile.explain.model import Dip, Migration, Routed, Step, StepCapacity, Unit
@@ -334,7 +334,7 @@ def _spans(xs: list[int]) -> str:
 
 def _route_changes(p: Plans, keep: list[Unit]) -> bool:
     """Whether untouched units serve a different mix, or under other ids, in the new plan."""
-    from hetcompile.backends.canon import canon
+    from hetcompile.plan.canon import canon
 
     return any(u.old != u.new or canon(p.mix(u, "old")) != canon(p.mix(u, "new")) for u in keep)
 

@@ -27,7 +27,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 
-from hetcompile.backends.canon import dumps_json
+from hetcompile.plan.canon import dumps_json
 from hetcompile.router.health import parse_vllm_metrics
 from hetcompile.migrate.actions import ROUTER_SECRETS, ROUTER_TOKEN_ENV, Action, Rollout, reload_paths
 from hetcompile.migrate.gaps import capacity_gaps, gap_text

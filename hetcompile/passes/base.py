@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
-from hetcompile.ir.errors import HetcompileError, PassError
+from hetcompile.errors import HetcompileError, PassError
 from hetcompile.ir.problem import PassReport, Problem
-from hetcompile.passes.solve import SolverOptions
+from hetcompile.opt.solve import SolverOptions
 
 
 @dataclass

@@ -21,7 +21,7 @@ import math
 
 from dataclasses import dataclass, field, replace
 
-from hetcompile.ir.errors import InfeasibleError
+from hetcompile.errors import InfeasibleError
 from hetcompile.ir.problem import Binding, Composition, PassReport, Problem
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes.compose_model import (
@@ -33,7 +33,7 @@ from hetcompile.passes.compose_model import (
     solution_churn,
     solution_cost,
 )
-from hetcompile.passes.solve import SolveResult, SolverOptions, relative_gap, solve
+from hetcompile.opt.solve import SolveResult, SolverOptions, relative_gap, solve
 
 THETA_KEEP = 1 - 1e-6  # second stage keeps theta within this factor of the first stage's
 

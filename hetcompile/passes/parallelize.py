@@ -9,7 +9,7 @@ group on Kubernetes, not to a `num_nodes` task).
 
 from __future__ import annotations
 
-from hetcompile.ir.errors import PassError
+from hetcompile.errors import PassError
 from hetcompile.ir.problem import PassReport, Problem
 from hetcompile.passes.base import Pass, PassContext
 

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hetcompile import placement
-from hetcompile.backends.canon import natural_key
-from hetcompile.ir.errors import PassError
+from hetcompile.plan.canon import natural_key
+from hetcompile.errors import PassError
 from hetcompile.ir.problem import (
     Binding,
     ChainSummary,
@@ -47,10 +47,11 @@ from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes import place_hetis
 from hetcompile.passes.place_problem import chain_estimate, placement_problem
 from hetcompile.passes.rates import max_scale
-from hetcompile.passes.solve import SolverOptions
+from hetcompile.opt.solve import SolverOptions
 from hetcompile.placement.chain_model import full_tokens_per_s
 from hetcompile.placement.evaluate import chain_eval
 from hetcompile.placement.result import PlacementResult, StageUnit
+from hetcompile.placement.verify import verify_result
 
 
 def node_prefix(region: str, gpu: str) -> str:
@@ -235,12 +236,12 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
         res = placement.place(pp, mode="chains", objective=cfg.objective, options=capped_opts()) if pp.groups else None
         shared = None
         if res is not None:
-            res.verify(pp)  # raises PassError when networkx's max flow disagrees with the reported flow
+            verify_result(res, pp)  # raises PassError when networkx's max flow disagrees with the reported flow
             machine_dependent |= res.machine_dependent
             if cfg.compare_shared:
                 shared = placement.place(pp, mode="shared", objective=cfg.objective, options=capped_opts(),
                                          partial_inference=cfg.partial_inference)
-                shared.verify(pp)
+                verify_result(shared, pp)
                 machine_dependent |= shared.machine_dependent
         else:
             solves_left[0] -= 2 if cfg.compare_shared else 1

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from hetcompile.ir.problem import AttentionWorkers, LeftOutGpus, Node, PrimaryWorkers, Problem, Workload
 from hetcompile.passes.place_problem import chain_estimate
 from hetcompile.passes.rates import max_scale
-from hetcompile.passes.solve import SolverOptions
+from hetcompile.opt.solve import SolverOptions
 from hetcompile.perf import analytic, attention
 from hetcompile.placement import hetis
 from hetcompile.placement.chains import chain_infos
@@ -39,6 +39,7 @@ from hetcompile.placement.evaluate import unit_profile
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.result import ChainInfo, StageUnit
 from hetcompile.placement.splits import Slot
+from hetcompile.placement.verify import verify_result
 
 
 @dataclass
@@ -295,5 +296,5 @@ def result_with(pp: PlacementProblem, res, chains: list[ChainInfo]):
     gap = (res.bound - value) / value if res.bound is not None and value > 0 else None
     out = replace(res, chains=tuple(chains), units=units, helix_flow=val, edge_flows=edge_flows(flow), depth_aware_capacity=da,
                   gap=gap)
-    out.verify(pp)
+    verify_result(out, pp)
     return out

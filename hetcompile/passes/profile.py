@@ -205,7 +205,7 @@ class Profile(Pass):
         return ir.model_copy(update={"perf": table, "shapes": enumerate_shapes(ir, table)})
 
     def verify(self, ir: Problem) -> None:
-        from hetcompile.ir.errors import PassError
+        from hetcompile.errors import PassError
 
         for s in ir.shapes or ():
             if sum(s.partition) != ir.model(s.model).arch.layers or len(s.partition) != s.pp:

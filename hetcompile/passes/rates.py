@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import pyomo.environ as pyo
 
-from hetcompile.ir.errors import SolverError
-from hetcompile.passes.solve import SolverOptions, solve
+from hetcompile.errors import SolverError
+from hetcompile.opt.solve import SolverOptions, solve
 
 
 def max_scale(

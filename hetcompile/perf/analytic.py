@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from hetcompile.ir.problem import GpuType, ModelArch, PerfEntry
+from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
 from hetcompile.perf.stepmodel import Hop, LayerCost, ReplicaModel, StageModel
 
 ETA_COMPUTE = 0.5  # default achievable fraction of tensor FLOP/s in prefill-heavy batches

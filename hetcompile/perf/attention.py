@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetcompile.ir.problem import GpuType, ModelArch
+from hetcompile.perf.types import GpuType, ModelArch
 from hetcompile.perf.analytic import RESERVE_BYTES, efficiencies
 from hetcompile.perf.capacity import chain_capacity
 from hetcompile.perf.stepmodel import ReplicaModel

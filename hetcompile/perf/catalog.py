@@ -12,7 +12,7 @@ from importlib import resources
 
 import yaml
 
-from hetcompile.ir.problem import GpuType, ModelArch
+from hetcompile.perf.types import GpuType, ModelArch
 
 PCIE4_BYTES_PER_S = 32e9
 

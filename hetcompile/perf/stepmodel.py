@@ -31,14 +31,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from hetcompile.frozen import Frozen
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class LayerCost(_Frozen):
+class LayerCost(Frozen):
     """Seconds per decoder layer for one engine step on one stage (the module docstring's roofline)."""
 
     weights_s: Annotated[float, Field(ge=0, description="w: read the layer's weights once")]
@@ -56,7 +56,7 @@ class LayerCost(_Frozen):
         return overlap + self.comm_s_per_token * tokens + self.comm_s
 
 
-class StageModel(_Frozen):
+class StageModel(Frozen):
     """One pipeline stage: `layers` decoder layers on `tp` GPUs of type `gpu`."""
 
     gpu: str
@@ -70,14 +70,14 @@ class StageModel(_Frozen):
         return self.layers * self.cost.time(tokens, kv_tokens, pairs) + self.head_s
 
 
-class Hop(_Frozen):
+class Hop(Frozen):
     """A link a batch crosses between consecutive stages."""
 
     latency_s: float
     bandwidth: Annotated[float, Field(gt=0, description="bytes/s")]
 
 
-class ReplicaModel(_Frozen):
+class ReplicaModel(Frozen):
     """A replica (a chain of stages) as the step-time model sees it."""
 
     stages: tuple[StageModel, ...]

@@ -8,22 +8,23 @@
   maximizes Helix's flow, with an honest bound (bound.py) and gap; the depth-aware capacity is
   evaluated on its flow paths. `partial_inference=True` follows the paper's option.
 Solver time, gap, threads and seed come from the caller; a timeout returns the best incumbent
-found with its gap. `result.verify()` re-checks the placement and its flow with networkx.
+found with its gap. `verify_result(result)` re-checks the placement and its flow with networkx.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from hetcompile.passes.solve import SolverOptions
+from hetcompile.opt.solve import SolverOptions
 from hetcompile.placement.chains import place_chains
 from hetcompile.placement.problem import Link, ModelSpec, NodeGroup, PlacementProblem, StageProfile
 from hetcompile.placement.result import ChainInfo, PlacementResult, SolveRecord, StageUnit
 from hetcompile.placement.shared import place_shared
+from hetcompile.placement.verify import summary_lines, verify_result
 
 __all__ = [
     "ChainInfo", "Link", "ModelSpec", "NodeGroup", "PlacementProblem", "PlacementResult", "SolveRecord",
-    "SolverOptions", "StageProfile", "StageUnit", "place",
+    "SolverOptions", "StageProfile", "StageUnit", "place", "summary_lines", "verify_result",
 ]
 
 

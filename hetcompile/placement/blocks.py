@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from hetcompile.placement.budget import Budget
+from hetcompile.opt.budget import Budget
 from hetcompile.placement.result import StageUnit
-from hetcompile.placement.solver import small_lp, small_milp
+from hetcompile.opt.dense import small_lp, small_milp
 from hetcompile.placement.tables import GroupTable, best_split
 
 Q = 400  # capacity resolution of the pricing DP (units of F / Q)

@@ -34,8 +34,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from hetcompile.placement.budget import Budget
-from hetcompile.placement.solver import small_lp, small_milp
+from hetcompile.opt.budget import Budget
+from hetcompile.opt.dense import small_lp, small_milp
 from hetcompile.placement.tables import GroupTable
 
 Pattern = tuple[tuple[int, int, int], ...]  # ((table index, k, multiplicity), ...)

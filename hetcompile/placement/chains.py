@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import time
 
-from hetcompile.passes.solve import SolverOptions, solve
+from hetcompile.opt.solve import SolverOptions, solve
 from hetcompile.placement import chains_milp
-from hetcompile.placement.budget import Budget
+from hetcompile.opt.budget import Budget
 from hetcompile.placement.chains_search import Chain, ChainSearch, order_slots, slots_of
 from hetcompile.placement.evaluate import chain_eval, edge_flows, helix_flow
 from hetcompile.placement.heuristics import group_chains

@@ -23,7 +23,7 @@ import itertools
 import random
 from collections.abc import Callable
 
-from hetcompile.placement.budget import Budget
+from hetcompile.opt.budget import Budget
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.splits import Slot, depth_split, helix_split, profile
 
@@ -98,7 +98,7 @@ class ChainSearch:
         used = {s.unit for c in chains for s in c}
         mode = {s.node: s.tp for c in chains for s in c}
         out = []
-        for node, (gi, G, tps) in sorted(self.modes.items()):
+        for node, (_gi, _G, tps) in sorted(self.modes.items()):
             if tp not in tps or mode.get(node, tp) != tp:
                 continue
             out += [s for s in slots_of(self.p, node, tp) if s.unit not in used]

@@ -38,7 +38,7 @@ from hetcompile.perf.capacity import fluid_batch, fluid_capacity
 from hetcompile.placement.chain_model import chain_model, stage_model
 from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
-from hetcompile.placement.solver import small_lp
+from hetcompile.opt.dense import small_lp
 from hetcompile.placement.tables import host, node_pair_cap
 
 # -- Helix semantics --------------------------------------------------------------------------

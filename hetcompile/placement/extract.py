@@ -9,7 +9,7 @@ interval and an idle node) while the exact max flow (networkx) grows; one unit o
 
 from __future__ import annotations
 
-from hetcompile.placement.budget import Budget
+from hetcompile.opt.budget import Budget
 from hetcompile.placement.evaluate import helix_flow
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.result import StageUnit

@@ -1,8 +1,8 @@
 """What `place` returns: concrete stage units, chains, flows, capacities and the solve log.
 
 A *stage unit* is what holds one contiguous layer range: a whole node at its native TP, or one
-TP slice of a multi-GPU node split for a mixed chain (`<node>#<j>` on GPUs gpus). `verify()`
-rebuilds the Helix graph of the final placement and checks with networkx that its max flow is
+TP slice of a multi-GPU node split for a mixed chain (`<node>#<j>` on GPUs gpus).
+`placement.verify.verify_result` rebuilds the Helix graph of the final placement and checks with networkx that its max flow is
 the flow reported (and, for chains, that every chain covers [0, L) with one TP).
 """
 
@@ -106,14 +106,4 @@ class PlacementResult:
             out.setdefault(u.node, []).append((u.start, u.end, u.tp))
         return {k: tuple(v) for k, v in sorted(out.items())}
 
-    def verify(self, problem: PlacementProblem | None = None, *, rel_tol: float = 1e-6) -> float:
-        """Rebuild the graph, recompute the max flow with networkx; raise if it disagrees."""
-        from hetcompile.placement.verify import verify_result
 
-        return verify_result(self, problem or self.problem, rel_tol=rel_tol)
-
-    def summary(self) -> str:
-        """A few lines for plan.md: flows, bound, and per chain depth, C and the binding term."""
-        from hetcompile.placement.verify import summary_lines
-
-        return "\n".join(summary_lines(self))

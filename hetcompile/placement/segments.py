@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetcompile.placement.blocks import Block, BlockSearch
-from hetcompile.placement.budget import Budget
+from hetcompile.opt.budget import Budget
 from hetcompile.placement.result import StageUnit
-from hetcompile.placement.solver import small_milp
+from hetcompile.opt.dense import small_milp
 from hetcompile.placement.tables import GroupTable, best_split
 
 W_MAX = 4

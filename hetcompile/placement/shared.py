@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import time
 
-from hetcompile.passes.solve import SolverOptions, solve
+from hetcompile.opt.solve import SolverOptions, solve
 from hetcompile.placement import heuristics, milp_nodes
 from hetcompile.placement.blocks import BlockSearch, realize
-from hetcompile.placement.budget import Budget
+from hetcompile.opt.budget import Budget
 from hetcompile.placement.bound import Crossing, PatternBound, fixed_point_bound
 from hetcompile.placement.evaluate import edge_flows, helix_flow, shared_depth_aware
 from hetcompile.placement.extract import improve_assignment, units_from_intervals

@@ -14,7 +14,7 @@ import math
 
 import networkx as nx
 
-from hetcompile.ir.errors import PassError
+from hetcompile.errors import PassError
 from hetcompile.placement.evaluate import chain_eval, flow_graph, unit_concurrency
 from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem
 from hetcompile.placement.result import PlacementResult
@@ -24,7 +24,9 @@ def _fail(res: PlacementResult, msg: str) -> None:
     raise PassError(f"place ({res.problem_name}, {res.mode}): {msg}")
 
 
-def verify_result(res: PlacementResult, p: PlacementProblem | None, *, rel_tol: float = 1e-6) -> float:
+def verify_result(res: PlacementResult, p: PlacementProblem | None = None, *, rel_tol: float = 1e-6) -> float:
+    """Rebuild the graph, recompute the max flow with networkx; raise if it disagrees (p: res.problem by default)."""
+    p = p or res.problem
     if p is None:
         _fail(res, "verify needs the problem")
     L = p.num_layers

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from hetcompile.ir.errors import HetcompileError
+from hetcompile.errors import HetcompileError
 from hetcompile.perf.fit import Fit, Observation, fit_step_model
 
 

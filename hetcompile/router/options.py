@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from hetcompile.ir.errors import HetcompileError
+from hetcompile.errors import HetcompileError
 from hetcompile.ir.routing import POLICIES
 from hetcompile.router.table import RouterError
 

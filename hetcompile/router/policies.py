@@ -10,7 +10,7 @@ Notation (Helix §5.1-§5.2; seed 004 §4, eq. 5-8 and Alg. 2):
   kv_s       estimated KV tokens of the unfinished requests the router sent to s
              (004's instRunningReqLen: sum of I_r + Õ_r, released when r completes)
   u_s        kvusage(s): fraction of KV_s in use, kv_s / KV_s corrected by vLLM's
-             `vllm:kv_cache_usage_perc` (see `corrected_kv_usage`)
+             `vllm:kv_cache_usage_perc` (see `state.corrected_kv_usage`)
   T_r^s      processing time of r on s at full batch: I_r / prefill_s + Õ_r / decode_s
   θ          004's exponent (θ = 2 in its evaluation)
   L_s        004's instLoads[s]: sum of the workloads w_r^s of the unfinished requests on s
@@ -85,19 +85,6 @@ class SmoothWRR:
         cur[best] -= total
         return best
 
-
-def corrected_kv_usage(est_tokens: float, capacity: float, observed: float | None, est_at_poll: float) -> float:
-    """u_s: the router's estimate kv_s / KV_s, corrected by vLLM's reported usage.
-
-    The estimate reserves each request's full predicted length, so it is the conservative
-    measure for admission; vLLM's `kv_cache_usage_perc` (observed, at the last poll) sees what
-    the estimate cannot: other clients, and outputs longer than predicted. The observation is
-    aged by what the router added or released since the poll (est_tokens - est_at_poll).
-    """
-    est = est_tokens / capacity
-    if observed is None:
-        return est
-    return max(est, observed + (est_tokens - est_at_poll) / capacity)
 
 
 def kv_masked(usage: float, request_tokens: float, capacity: float, high_water: float, blocked: bool) -> bool:

@@ -14,10 +14,23 @@ import time
 from dataclasses import dataclass
 
 from hetcompile.ir.routing import RoutedReplica
-from hetcompile.router.policies import corrected_kv_usage
 from hetcompile.router.upstream import parse_endpoint
 
 log = logging.getLogger("hetcompile.router")
+
+def corrected_kv_usage(est_tokens: float, capacity: float, observed: float | None, est_at_poll: float) -> float:
+    """u_s: the router's estimate kv_s / KV_s, corrected by vLLM's reported usage.
+
+    The estimate reserves each request's full predicted length, so it is the conservative
+    measure for admission; vLLM's `kv_cache_usage_perc` (observed, at the last poll) sees what
+    the estimate cannot: other clients, and outputs longer than predicted. The observation is
+    aged by what the router added or released since the poll (est_tokens - est_at_poll).
+    """
+    est = est_tokens / capacity
+    if observed is None:
+        return est
+    return max(est, observed + (est_tokens - est_at_poll) / capacity)
+
 
 PASSIVE_BACKOFF_MIN = 5.0  # seconds out after the first passive ejection
 PASSIVE_BACKOFF_MAX = 120.0

@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetcompile.ir.plan import PlanDoc
+from hetcompile.plan.doc import PlanDoc
 from hetcompile.perf.capacity import chain_capacity
 from hetcompile.perf.stepmodel import ReplicaModel
 from hetcompile.simulate.run import poisson_requests, saturation_throughput

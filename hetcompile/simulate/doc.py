@@ -7,21 +7,21 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from hetcompile.frozen import Frozen
 
 SIMULATION_FORMAT = "hetcompile-simulation/1"
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Percentiles(_Doc):
+class Percentiles(Frozen):
     p50: Annotated[float | None, Field(description="median, seconds (null: no sample)")] = None
     p99: Annotated[float | None, Field(description="99th percentile, seconds (null: no sample)")] = None
 
 
-class WorkloadResult(_Doc):
+class WorkloadResult(Frozen):
     name: str
     planned_requests_per_s: Annotated[float, Field(description="what the plan serves (theta * lambda_w)")]
     offered_requests_per_s: Annotated[float, Field(description="arrivals per second in the measured window")]
@@ -38,7 +38,7 @@ class WorkloadResult(_Doc):
     ] = None
 
 
-class ReplicaResult(_Doc):
+class ReplicaResult(Frozen):
     id: str
     completed: int
     preemptions: Annotated[int, Field(description="sequences preempted because the KV cache was full")]
@@ -47,7 +47,7 @@ class ReplicaResult(_Doc):
     utilization: Annotated[float, Field(description="busy time of the slowest stage over [0, duration] / duration")]
 
 
-class SimulationDoc(_Doc):
+class SimulationDoc(Frozen):
     """`OUT/simulation.json`."""
 
     format: Annotated[Literal["hetcompile-simulation/1"], Field(description="document format and version")] = SIMULATION_FORMAT

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hetcompile.ir.errors import HetcompileError
-from hetcompile.ir.plan import PlanDoc
+from hetcompile.errors import HetcompileError
+from hetcompile.plan.doc import PlanDoc
 from hetcompile.router.policies import SmoothWRR
 from hetcompile.simulate.doc import Percentiles, ReplicaResult, SimulationDoc, WorkloadResult
 from hetcompile.simulate.engine import Driver, ReplicaSim, Request
@@ -88,7 +88,7 @@ def trace_arrivals(plan: PlanDoc, path: Path) -> list[Arrival]:
             raise SimulationError(f"{where}: each line needs 't' (seconds) and 'workload'")
         w = by_name.get(rec["workload"])
         if w is None:
-            from hetcompile.ir.errors import did_you_mean
+            from hetcompile.errors import did_you_mean
 
             guess = did_you_mean(str(rec["workload"]), sorted(by_name))
             raise SimulationError(f"{where}: unknown workload {rec['workload']!r}" + (f"; did you mean {guess!r}?" if guess else ""))

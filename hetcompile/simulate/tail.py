@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from hetcompile.ir.plan import PlanDoc
+from hetcompile.plan.doc import PlanDoc
 from hetcompile.simulate.doc import SimulationDoc
 
 TAIL_QUANTILE = 0.99  # the tail the simulator prints

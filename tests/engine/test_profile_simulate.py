@@ -20,7 +20,7 @@ from conftest import ROOT
 from hetcompile.backends.emit import write
 from hetcompile.cli import app
 from hetcompile.driver import compile_spec
-from hetcompile.ir.plan_io import read_plan_doc
+from hetcompile.plan.io import read_plan_doc
 from hetcompile.testing import free_port, launch, make_tiny_model
 
 pytestmark = pytest.mark.engine

@@ -7,6 +7,7 @@ import pytest
 from hetcompile.placement import SolverOptions, place
 from hetcompile.placement.baselines import separate_pipelines
 from hetcompile.placement.evaluate import chain_eval, shared_capacity, unit_concurrency
+from hetcompile.placement.verify import verify_result
 
 from .util import problem
 
@@ -32,7 +33,7 @@ def test_chains_have_one_tp_and_cover_all_layers(objective):
         assert all(a.end == b.start for a, b in zip(c.stages, c.stages[1:]))
         assert c.mixed == (len({p.groups[s.gi].gpu for s in c.stages}) > 1)
         assert c.depth == len(c.stages)
-    res.verify()
+    verify_result(res)
 
 
 def test_multi_gpu_node_is_split_to_join_a_tp1_chain():
@@ -82,5 +83,5 @@ def test_depth_aware_chains_beat_separate_pipelines():
     ours = place(p, mode="chains", options=OPTS)
     base = separate_pipelines(p)
     assert ours.depth_aware_capacity >= base.depth_aware_capacity * (1 - 1e-9)
-    ours.verify()
-    base.verify()
+    verify_result(ours)
+    verify_result(base)

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from hetcompile.placement import SolverOptions, place
+from hetcompile.placement.verify import verify_result
 
 from .util import brute_force_chain_search, problem
 
@@ -54,7 +55,7 @@ def test_chains_equal_brute_force_on_small_clusters(objective, search_only):
         res = place(p, mode="chains", objective=objective, options=OPTS)
         got = res.depth_aware_capacity if objective == "depth-aware" else res.helix_flow
         assert got == pytest.approx(opt, rel=1e-6), f"case {case}"
-        res.verify()
+        verify_result(res)
 
 
 def test_both_slices_of_a_node_serve_two_chains(search_only):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hetcompile.placement import SolverOptions, chains, place
-from hetcompile.placement.budget import Budget
+from hetcompile.opt.budget import Budget
 from hetcompile.placement.helix_import import load_setup
 
 

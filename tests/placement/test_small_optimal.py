@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hetcompile.placement import SolverOptions, place
+from hetcompile.placement.verify import verify_result
 
 from .util import brute_force_chains, brute_force_shared, problem
 
@@ -26,7 +27,7 @@ def test_shared_equals_brute_force(case):
     best = brute_force_shared(p)
     assert res.helix_flow == pytest.approx(best, rel=1e-6)
     assert res.bound >= best * (1 - 1e-9)
-    assert res.verify() == pytest.approx(res.helix_flow, rel=1e-9)
+    assert verify_result(res) == pytest.approx(res.helix_flow, rel=1e-9)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -37,7 +38,7 @@ def test_chains_helix_equals_brute_force(case):
     best = brute_force_chains(p)
     assert res.helix_flow == pytest.approx(best, rel=1e-6)
     assert res.bound is not None and res.bound >= best * (1 - 1e-9)
-    assert res.verify() == pytest.approx(res.helix_flow, rel=1e-9)
+    assert verify_result(res) == pytest.approx(res.helix_flow, rel=1e-9)
 
 
 def test_chains_never_exceed_shared():
@@ -55,4 +56,4 @@ def test_partial_inference_is_at_least_as_good():
     partial = place(p, mode="shared", options=OPTS, partial_inference=True)
     assert partial.partial_inference
     assert partial.helix_flow >= plain.helix_flow * (1 - 1e-9)
-    assert partial.verify() == pytest.approx(partial.helix_flow, rel=1e-9)
+    assert verify_result(partial) == pytest.approx(partial.helix_flow, rel=1e-9)

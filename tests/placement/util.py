@@ -111,10 +111,10 @@ def brute_force_chain_search(p: PlacementProblem, objective: str) -> float:
 
         def rec(i: int, chains: list[list]) -> None:
             nonlocal best
-            if i == len(slots):
+            if i == len(slots):  # noqa: B023 (rec runs inside this iteration)
                 best = max(best, sum(cs.split(order_slots(p, tuple(c)))[0] for c in chains))
                 return
-            s = slots[i]
+            s = slots[i]  # noqa: B023
             rec(i + 1, chains)  # unused
             for c in chains:
                 if c[0].tp == s.tp:

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from hetcompile.ir.routing import RoutedReplica
+from hetcompile.router.state import corrected_kv_usage
 from hetcompile.router.policies import (
     KvAwarePicker,
     LeastOutstandingPicker,
@@ -16,7 +17,6 @@ from hetcompile.router.policies import (
     RoundRobinPicker,
     SmoothWRR,
     WeightedPicker,
-    corrected_kv_usage,
     kv_masked,
     make_picker,
     minmax_choose,

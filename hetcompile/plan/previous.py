@@ -1,12 +1,12 @@
 """A previous plan as replanning input (`hetcompile build SPEC --previous OLD/plan.json`).
 
-Reading and validating the file is `hetcompile.ir.plan_io.read_plan_doc`; this keeps what compose
+Reading and validating the file is `hetcompile.plan.io.read_plan_doc`; this keeps what compose
 and place need: the running replicas, the old objective, and the replica ids already handed out.
 """
 
 from __future__ import annotations
 
-from hetcompile.ir.plan import PlanDoc
+from hetcompile.plan.doc import PlanDoc
 from hetcompile.ir.problem import PreviousPlan, PreviousReplica
 
 DEFAULT_CHURN_PENALTY = 0.01  # a replica launched or torn down is worth 1% of the previous objective

@@ -1,5 +1,5 @@
 """Small dense solves for placement's heuristics and bounds (the pass's own models go through
-`hetcompile.passes.solve.solve`, with `warm_start=True` for a MIP start).
+`hetcompile.opt.solve.solve`, with `warm_start=True` for a MIP start).
 
 - `small_milp` / `small_lp`: tiny dense problems (pricing, integer masters) straight to
   highspy, silent, single-threaded; they are subroutines of heuristics and bounds, not models

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from hetcompile.ir.errors import HetcompileError
-from hetcompile.ir.plan import PLAN_FORMAT, PlanDoc
+from hetcompile.errors import HetcompileError
+from hetcompile.plan.doc import PLAN_FORMAT, PlanDoc
 
 
 class PlanReadError(HetcompileError):

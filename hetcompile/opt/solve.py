@@ -32,7 +32,7 @@ import pyomo.environ as pyo
 from pyomo.contrib.appsi.base import TerminationCondition
 from pyomo.contrib.appsi.solvers import Highs
 
-from hetcompile.ir.errors import SolverError
+from hetcompile.errors import SolverError
 
 Status = Literal["optimal", "feasible", "infeasible", "no-solution", "unbounded"]
 PROGRESS_EVERY_S = 5.0

@@ -5,7 +5,7 @@ the backends render plan.md from it, `hetcompile explain` and `--previous` repla
 back through `read_plan_doc`, and `schemas/plan.schema.json` is generated from it.
 
 Units are the user's: $/h, requests/s, tokens/s, seconds. Floats are rounded to 6 significant
-digits when written (backends/canon.py), so the same spec gives the same bytes.
+digits when written (plan/canon.py), so the same spec gives the same bytes.
 
 `totals` describe the plan as emitted (after placement), not one solver call: `objective_value`
 is what the deployed replicas achieve in the objective's unit (theta = multiple of the demand mix
@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from hetcompile.frozen import Frozen
 
 from hetcompile.ir.names import Name, NodeId, PlanName, ReplicaId
 from hetcompile.ir.problem import Binding, ModelPlacement, PrimaryWorkers
@@ -27,17 +29,15 @@ from hetcompile.perf.stepmodel import ReplicaModel
 PLAN_FORMAT = "hetcompile-plan/1"
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Compiler(_Doc):
+class Compiler(Frozen):
     name: Annotated[str, Field(description="always 'hetcompile'")] = "hetcompile"
     version: Annotated[str, Field(description="hetcompile version that wrote the plan")]
     solver: Annotated[str, Field(description="the MILP solver and its version")]
 
 
-class PlanModel(_Doc):
+class PlanModel(Frozen):
     name: Annotated[Name, Field(description="model id")]
     served_name: Annotated[str, Field(description="what clients send as `model` (--served-model-name)")]
     weights: Annotated[str, Field(description="HF repo id or path vllm serve loads")]
@@ -45,7 +45,7 @@ class PlanModel(_Doc):
     layers: Annotated[int, Field(description="decoder layers")]
 
 
-class Slo(_Doc):
+class Slo(Frozen):
     ttft_s: Annotated[float | None, Field(description="time-to-first-token target, seconds")] = None
     tpot_s: Annotated[float | None, Field(description="time-per-output-token target, seconds")] = None
     predicted_ttft_s: Annotated[float | None, Field(description="predicted TTFT incl. queueing, worst routed replica")] = None
@@ -53,7 +53,7 @@ class Slo(_Doc):
     met: Annotated[bool | None, Field(description="every predicted value within its target (None: nothing routed)")] = None
 
 
-class PlanWorkload(_Doc):
+class PlanWorkload(Frozen):
     name: str
     model: str
     input_tokens: Annotated[float, Field(description="mean prompt tokens")]
@@ -64,7 +64,7 @@ class PlanWorkload(_Doc):
     slo: Annotated[Slo | None, Field(description="the spec's SLO, if any")] = None
 
 
-class PlanNode(_Doc):
+class PlanNode(Frozen):
     id: Annotated[NodeId, Field(description="node id (cluster hosts are named after it)")]
     offer: Annotated[str, Field(description="'<region>/<GPU>x<gpus per node>' offer it comes from")]
     region: str
@@ -76,7 +76,7 @@ class PlanNode(_Doc):
     price_per_hour: Annotated[float, Field(description="$/h for the rented GPUs")]
 
 
-class PlanStage(_Doc):
+class PlanStage(Frozen):
     node: NodeId
     gpu: str
     region: str
@@ -84,7 +84,7 @@ class PlanStage(_Doc):
     layers: Annotated[tuple[int, int], Field(description="[start, end) decoder layers")]
 
 
-class ReplicaWorkload(_Doc):
+class ReplicaWorkload(Frozen):
     capacity_requests_per_s: Annotated[float, Field(description="h_{c,w}: requests/s at full load on this workload alone")]
     concurrency: Annotated[float, Field(description="C: sequences in flight (KV minimum, --max-num-seqs)")]
     binding: Annotated[str, Field(description="what bounds the capacity: bottleneck-stage, depth, max-num-seqs, measured, stage:<unit>, latency; for an SLO workload slo-tpot, slo-ttft or slo-unmeetable: <reason>")]
@@ -92,7 +92,7 @@ class ReplicaWorkload(_Doc):
     tpot_s: Annotated[float | None, Field(description="estimated time per output token at full load, seconds")] = None
 
 
-class PlanReplica(_Doc):
+class PlanReplica(Frozen):
     id: Annotated[ReplicaId, Field(description="replica id, never reused across replans (see next_replica)")]
     model: str
     served_name: str
@@ -112,7 +112,7 @@ class PlanReplica(_Doc):
     step_model: Annotated[ReplicaModel | None, Field(description="step times its capacity comes from (perf/stepmodel.py); the simulator replays them")] = None
 
 
-class Totals(_Doc):
+class Totals(Frozen):
     requests_per_s: float
     tokens_per_s: Annotated[float, Field(description="prompt + output tokens/s served")]
     output_tokens_per_s: float
@@ -131,7 +131,7 @@ class Totals(_Doc):
     binding: Annotated[tuple[Binding, ...], Field(description="what stops the plan from growing")]
 
 
-class PassSummary(_Doc):
+class PassSummary(Frozen):
     name: str
     status: str
     objective: float | None = None
@@ -140,14 +140,14 @@ class PassSummary(_Doc):
     notes: tuple[str, ...] = ()
 
 
-class EngineSettings(_Doc):
+class EngineSettings(Frozen):
     max_num_seqs: int
     gpu_memory_utilization: float
     port: int
     router_port: int
 
 
-class PlanDoc(_Doc):
+class PlanDoc(Frozen):
     """`OUT/plan.json`."""
 
     format: Annotated[Literal["hetcompile-plan/1"], Field(description="document format and version")] = PLAN_FORMAT
