@@ -1,4 +1,4 @@
-"""Offline SkyPilot validation: the YAML shapes verified in lowering_facts.md §6/§8 load, typos fail."""
+"""Offline SkyPilot validation: the YAML shapes verified in docs/lowering_facts.md §6/§8 load, typos fail."""
 
 from __future__ import annotations
 

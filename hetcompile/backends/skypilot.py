@@ -1,12 +1,12 @@
 """SkyPilot backend: one task YAML per replica (`sky/<replica>.yaml`) and one for the router.
 
 A single-type replica is an ordinary task: `num_nodes` = pipeline depth, `accelerators: GPU:tp`,
-mp multi-node vLLM with the head's address from SKYPILOT_NODE_IPS (lowering_facts.md §6-7). The
+mp multi-node vLLM with the head's address from SKYPILOT_NODE_IPS (docs/lowering_facts.md §6-7). The
 run section writes the very node scripts of `vllm/<replica>/` (byte for byte) and runs the one
 for this node's rank, so what runs in the cloud is what was checked and tested locally.
 
 A replica whose stages mix GPU types cannot be one task (a task's resources apply to all its
-nodes), so it is a Job Group (lowering_facts.md §8): a header with `execution: parallel`,
+nodes), so it is a Job Group (docs/lowering_facts.md §8): a header with `execution: parallel`,
 `inter_connection: true` (hostname networking, Kubernetes only) and the head stage as primary
 task, then one single-node task per stage `s<k>` with its own accelerator. Stage k reaches the
 head as `s0-0.$SKYPILOT_JOBGROUP_NAME` and advertises its pod IP as VLLM_HOST_IP. A TP slice of

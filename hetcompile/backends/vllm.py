@@ -3,7 +3,7 @@
 Engine arguments are identical on every node of a replica (vLLM's mp multi-node backend builds
 each node's config from its own CLI); only `--node-rank` and `--headless` (rank > 0, no API
 server) differ, and only the head gets `--host/--port`. The dtype is always explicit. Multi-node
-replicas export the same VLLM_PP_LAYER_PARTITION on every node (lowering_facts.md §1-2).
+replicas export the same VLLM_PP_LAYER_PARTITION on every node (docs/lowering_facts.md §1-2).
 Every emitted flag exists in vLLM 0.33 (checked against the pinned table in tests) and in the
 0.32 CPU build the end-to-end tests run.
 """

@@ -1,6 +1,6 @@
 """Validate a `vllm serve` argv offline, against the pinned vLLM 0.33.0 flag table.
 
-Importing vLLM needs torch and a 2.3 GB venv (lowering_facts.md §5), so generated launch
+Importing vLLM needs torch and a 2.3 GB venv (docs/lowering_facts.md §5), so generated launch
 commands are checked here in pure Python instead. The table
 `hetcompile/data/vllm_serve_args_0.33.0.json` was dumped once from vLLM 0.33.0's own
 `make_arg_parser` (321 argparse actions: option strings, nargs, type name, choices). On top of it:
@@ -37,7 +37,7 @@ from typing import Sequence
 VLLM_VERSION = "0.33.0"
 _TABLE_FILE = f"vllm_serve_args_{VLLM_VERSION}.json"
 
-# String-typed flags whose values vLLM validates only after parsing (lowering_facts.md §4).
+# String-typed flags whose values vLLM validates only after parsing (docs/lowering_facts.md §4).
 # Exact names are vLLM 0.32's `CacheDType`; 0.33 adds turboquant_*/octave_* variants, so those
 # families are accepted by prefix.
 _ENUMS: dict[str, frozenset[str]] = {

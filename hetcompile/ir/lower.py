@@ -388,6 +388,6 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
 
 
 def load_problem(path: Path) -> tuple[Problem, Spec, SourceMap]:
-    """Spec file -> Problem IR (the `load` + `lower` arrows of DESIGN.md's data flow)."""
+    """Spec file -> Problem IR (the `load` + `lower` arrows of docs/DESIGN.md's data flow)."""
     spec, smap, raw = read_spec(path)
     return lower(spec, smap, raw, path), spec, smap

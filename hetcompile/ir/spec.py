@@ -1,6 +1,6 @@
 """The user-facing spec: pydantic models of `spec.yaml`, lenient units, strict keys.
 
-This is the contract of DESIGN.md §Spec. Values are read leniently ("80GB", "$2.99/h",
+This is the contract of docs/DESIGN.md §Spec. Values are read leniently ("80GB", "$2.99/h",
 "10Gbps", "150ms", "4/s", "1%") and stored as SI numbers (bytes, $/h for prices, bytes/s,
 seconds, 1/s, fractions), so a unit mistake is reported at the field that holds it. Unknown
 keys are errors (extra="forbid"); the loader adds line/column and a did-you-mean.

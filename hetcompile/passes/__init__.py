@@ -1,4 +1,4 @@
-"""The pass pipeline: registry and the literal default order (DESIGN.md §Data flow)."""
+"""The pass pipeline: registry and the literal default order (docs/DESIGN.md §Data flow)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ with the constraints that bind, in words. Objectives:
                                   is the best owned-only one (and the notes say what renting buys)
 Reported objective and bound: theta (x the demand mix) for max-throughput / min-makespan; $/h for
 min-cost; x demand per $/h for max-throughput-per-dollar.
+
+Paper: Jiang et al., "Demystifying Cost-Efficiency in LLM Serving over Heterogeneous GPUs" (seed 003), §4.3 and App. E: the MILP of eq. 1-6 (compose_model.py), solved per objective as above.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ Costs are likewise measured in units of kappa_$ = the dearest offered GPU's pric
 p_o / kappa_$ is in (0, 1] and the budget row and cost objective are O(1) numbers whatever the
 currency scale, so plans $0.001/h apart stay apart at HiGHS's absolute tolerances (1e-6) and a
 GPU priced $0.001/h is not "free". `extract` and `model_cost_to_per_s` convert back.
+
+Paper: Jiang et al., "Demystifying Cost-Efficiency in LLM Serving over Heterogeneous GPUs" (seed 003), §4.3 eq. 1-6 and App. E (the scheduling MILP).
 """
 
 from __future__ import annotations

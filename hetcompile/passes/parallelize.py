@@ -5,6 +5,8 @@ explicit dtype (fp16 when any stage's GPU lacks bf16: V100, T4, P100, since each
 otherwise resolve `--dtype auto` on its own device), and VLLM_PP_LAYER_PARTITION = the stages'
 layer counts. A replica whose stages mix GPU types is marked `mixed` (it lowers to a SkyPilot job
 group on Kubernetes, not to a `num_nodes` task).
+
+Paper: Xiong et al., "High-Throughput LLM inference on Heterogeneous Clusters" (Huawei; seed 004), §3.1 (a TP degree t_i per machine, p_i t_i = u_i, and the memory constraint eq. 1); Mei et al., "Helix: Serving Large Language Models over Heterogeneous GPUs and Network via Max-Flow" (ASPLOS 2025; seed 000), §4.3 (one pipeline per replica).
 """
 
 from __future__ import annotations

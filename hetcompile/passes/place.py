@@ -20,6 +20,9 @@ the search itself ranks chains by the formula's fast mode) and against what comp
 serve by their own estimates (the single-type plan's figure), so mixed never serves less than
 single-type; rented nodes no chain uses are dropped, so it never costs more. Every placement's
 flow is re-checked with networkx (`PlacementResult.verify`).
+
+Paper: Mei et al., "Helix: Serving Large Language Models over Heterogeneous GPUs and Network via Max-Flow" (ASPLOS 2025; seed 000), §4.3-4.5 (max-flow graph, MILP placement Tables 1-2, pruning);
+Jiang et al., "Demystifying Cost-Efficiency in LLM Serving over Heterogeneous GPUs" (seed 003), App. D (single-type partitions).
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ Notation as in placement/hetis.py; the dense cost of one unit of GPU g at TP t i
 roofline without attention, LayerCost(g, t).time(n, 0, 0), at n = PREFILL_CHUNK tokens (a saturated
 engine step carries the chunked-prefill budget). For the GPUs a replica leaves out (not moved),
 perf/attention.py estimates what they would add as Attention workers: analysis, never deployed.
+
+Paper: "Hetis: Serving LLMs in Heterogeneous GPU Clusters with Fine-grained and Dynamic Parallelism" (seed 001), §4.1 (primary-worker selection, the delta criterion) and eq. 4 (attention offload cost).
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ A chain's estimate is perf/capacity.py's full mode on its ReplicaModel (`chain_e
 Links: region pairs from the IR; a token crossing a coordinator link is 2 bytes and a
 stage-to-stage activation is hidden x dtype bytes (Helix's sizes). The coordinator is the
 router's region (`placement.coordinator`).
+
+Paper: Mei et al., "Helix: Serving Large Language Models over Heterogeneous GPUs and Network via Max-Flow" (ASPLOS 2025; seed 000), §4.3 (node capacity T(k) and the flow graph).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ and hop latency); measured profiles (`profiles:` in the spec) add or override sh
 h_{c,w} (seed 003 App. C/L: one-time profiling), and mark the estimate `measured`; fitted step-time
 coefficients (`hetcompile profile`, perf/fit.py) replace the shape's step model and everything
 derived from it. A profile with no numbers is a spec error (lower.py), never a `measured` label.
+
+Paper: Jiang et al., "Demystifying Cost-Efficiency in LLM Serving over Heterogeneous GPUs" (seed 003), §4.3 (configurations c and h_(c,w)), App. D (memory partition), App. L (one-time profiling);
+Xiong et al., "High-Throughput LLM inference on Heterogeneous Clusters" (Huawei; seed 004), §3.2 eq. 3-4 (the fitted step latency).
 """
 
 from __future__ import annotations

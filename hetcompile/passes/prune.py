@@ -4,6 +4,8 @@ With compose's replicas every chain is single-type inside one region, so no inte
 placement choice and nothing is pruned; the pass records that. When max-flow placement over
 mixed nodes runs (the `place` pass with a node graph), this pass keeps each node's top-k fastest
 links, as Helix does, so the placement MILP stays small.
+
+Paper: Mei et al., "Helix: Serving Large Language Models over Heterogeneous GPUs and Network via Max-Flow" (ASPLOS 2025; seed 000), §4.5 (graph pruning: top-k links per node).
 """
 
 from __future__ import annotations

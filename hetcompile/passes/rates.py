@@ -11,6 +11,8 @@ with demand lambda_w, h_{r,w} = requests/s replica r serves when it serves only 
 theta is seed 003's scale (the multiple of the demand mix served); x_{r,w} / (theta lambda_w) are
 the routing weights. Models do not share replicas, so each model is its own LP and the plan's
 scale is the smallest theta over models.
+
+Paper: Jiang et al., "Demystifying Cost-Efficiency in LLM Serving over Heterogeneous GPUs" (seed 003), §4.3 eq. 2-4 (coverage and capacity rows with the replica counts fixed).
 """
 
 from __future__ import annotations

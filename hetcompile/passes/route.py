@@ -18,6 +18,9 @@ The first-byte timeout is FIRST_BYTE_FACTOR x the longest wait an admitted reque
 (budget + predicted TTFT), clamped to [FIRST_BYTE_MIN_S, FIRST_BYTE_MAX_S]: far enough above
 the promise that a loaded but working replica never trips it, soon enough that a hung one is
 left before clients give up.
+
+Paper: Jiang et al., "Demystifying Cost-Efficiency in LLM Serving over Heterogeneous GPUs" (seed 003), §4.3 (x_(c,w): each configuration's share of a workload); Mei et al., "Helix: Serving Large Language Models over Heterogeneous GPUs and Network via Max-Flow" (ASPLOS 2025; seed 000), §5.1-5.2 (weighted
+routing over the flow); Xiong et al., "High-Throughput LLM inference on Heterogeneous Clusters" (Huawei; seed 004), §4 eq. 5-8 and Alg. 2 (the router's min-max policy).
 """
 
 from __future__ import annotations

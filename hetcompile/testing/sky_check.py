@@ -1,4 +1,4 @@
-"""Offline SkyPilot 0.14.1 validation of generated task / job-group YAML (lowering_facts.md §6).
+"""Offline SkyPilot 0.14.1 validation of generated task / job-group YAML (docs/lowering_facts.md §6).
 
 `sky.Task.from_yaml` runs SkyPilot's JSON schemas (task, resources, service) with no credentials,
 no API server and no network. `sky launch --dryrun` is *not* offline (it starts a local API
