@@ -22,6 +22,7 @@ caller's time limit is a cap; when the cap ends a step the result says so.
 
 from __future__ import annotations
 
+import math
 import time
 
 from hetcompile.opt.solve import SolverOptions, solve
@@ -86,127 +87,161 @@ def _gap(value: float, bound: float | None) -> float | None:
 
 def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool = False,
                  objective: str = "helix") -> PlacementResult:
-    t0 = time.perf_counter()
-    reserve = min(3.0, 0.05 * float(options.time_limit_s))  # final flow, paths and depth-aware evaluation
-    work = Budget(SHARED_WORK, deadline=t0 + float(options.time_limit_s) - reserve)
+    """Helix's shared per-request pipelines: heuristics, bounds, block and segment searches, then
+    the MILP, each on a share of one work budget, until the incumbent meets the bound."""
+    s = _SharedSearch(p, options, partial)
+    s.heuristics()
+    s.bounds()
+    if s.open_gap():
+        s.blocks()
+    if s.net.binding and s.open_gap():
+        s.segments()
+    if s.open_gap() and not s.work.timed_out:
+        s.milp()
+    return s.result(objective)
 
-    L = p.num_layers
-    tables = group_tables(p, split=False)
-    net = network(p)
-    inc = Incumbent()
-    solves: list[SolveRecord] = []
-    milp_timed_out = False
 
-    def record(name: str, status: str, obj: float | None, bnd: float | None, t: float) -> None:
-        solves.append(SolveRecord(name, status, obj, bnd, _gap(obj or 0.0, bnd), t))
+class _SharedSearch:
+    """The state place_shared's stages share: incumbent, bound, solve log and the work budget."""
 
-    def open_gap() -> bool:
-        return _gap(inc.value, bound) is None or _gap(inc.value, bound) > options.mip_gap
+    def __init__(self, p: PlacementProblem, options: SolverOptions, partial: bool):
+        self.t0 = time.perf_counter()
+        reserve = min(3.0, 0.05 * float(options.time_limit_s))  # final flow, paths and depth-aware evaluation
+        self.work = Budget(SHARED_WORK, deadline=self.t0 + float(options.time_limit_s) - reserve)
+        self.p, self.options, self.partial = p, options, partial
+        self.L = p.num_layers
+        self.tables = group_tables(p, split=False)
+        self.net = network(p)
+        self.inc = Incumbent()
+        self.solves: list[SolveRecord] = []
+        self.bound = math.inf
+        self.milp_timed_out = False
 
-    def step(fraction: float, fn):
+    def record(self, name: str, status: str, obj: float | None, bnd: float | None, t: float) -> None:
+        self.solves.append(SolveRecord(name, status, obj, bnd, _gap(obj or 0.0, bnd), t))
+
+    def open_gap(self) -> bool:
+        g = _gap(self.inc.value, self.bound)
+        return g is None or g > self.options.mip_gap
+
+    def step(self, fraction: float, fn):
         """Run fn(child budget) on `fraction` of the work left; the child's use is charged back."""
-        part = work.share(fraction)
+        part = self.work.share(fraction)
         try:
             return fn(part)
         finally:
-            work.absorb(part)
+            self.work.absorb(part)
 
-    for name, fn in (("swarm", heuristics.swarm), ("petals", heuristics.petals)):
+    def polish(self, units: list[StageUnit], fraction: float) -> tuple[list[StageUnit], float]:
+        return self.step(fraction, lambda part: improve_assignment(self.p, units, part, partial=self.partial))
+
+    def heuristics(self) -> None:
+        """Swarm, Petals and separate pipelines: the incumbents every search starts from."""
+        p, partial = self.p, self.partial
+        for name, fn in (("swarm", heuristics.swarm), ("petals", heuristics.petals)):
+            ts = time.perf_counter()
+            units, val = fn(p, self.tables, partial)
+            self.inc.offer(units, val, name)
+            self.record(name, "feasible" if val > 0 else "no-solution", val, None, time.perf_counter() - ts)
         ts = time.perf_counter()
-        units, val = fn(p, tables, partial)
-        inc.offer(units, val, name)
-        record(name, "feasible" if val > 0 else "no-solution", val, None, time.perf_counter() - ts)
-    ts = time.perf_counter()
-    units, _ = heuristics.separate_pipelines(p, tables)
-    val, _ = helix_flow(p, units, partial=partial)
-    inc.offer(units, val, "separate-pipelines")
-    record("separate-pipelines", "feasible" if val > 0 else "no-solution", val, None, time.perf_counter() - ts)
+        units, _ = heuristics.separate_pipelines(p, self.tables)
+        val, _ = helix_flow(p, units, partial=partial)
+        self.inc.offer(units, val, "separate-pipelines")
+        self.record("separate-pipelines", "feasible" if val > 0 else "no-solution", val, None, time.perf_counter() - ts)
 
-    ts = time.perf_counter()
-    coord = min(sum(net.src_cap.get(t.gi, 0.0) * t.count for t in tables),
-                sum(net.snk_cap.get(t.gi, 0.0) * t.count for t in tables))
-    bound = min(fixed_point_bound(tables, L), coord)
-    record("fixed-point-bound", "bound", None, bound, time.perf_counter() - ts)
-    if open_gap():
-        pb = step(0.3, lambda part: PatternBound(tables, L, forced_crossing(tables, net, L)).bound(
-            inc.value, bound, part, rel_tol=max(1e-6, min(2e-4, options.mip_gap / 10))))
-        bound = min(bound, pb.value)
-        record("pattern-bound", "bound", None, bound, pb.time_s)
-
-    def polish(units: list[StageUnit], fraction: float) -> tuple[list[StageUnit], float]:
-        return step(fraction, lambda part: improve_assignment(p, units, part, partial=partial))
-
-    if open_gap():
+    def bounds(self) -> None:
+        """The fixed-point bound capped by the coordinator's links, then the pattern bound if the gap is open."""
+        tables, net, L = self.tables, self.net, self.L
         ts = time.perf_counter()
-        sol = step(0.5, lambda part: BlockSearch(tables, L).search(inc.value, bound, part,
-                                                                   rel_tol=max(options.mip_gap / 4, 1e-4)))
+        coord = min(sum(net.src_cap.get(t.gi, 0.0) * t.count for t in tables),
+                    sum(net.snk_cap.get(t.gi, 0.0) * t.count for t in tables))
+        self.bound = min(fixed_point_bound(tables, L), coord)
+        self.record("fixed-point-bound", "bound", None, self.bound, time.perf_counter() - ts)
+        if self.open_gap():
+            pb = self.step(0.3, lambda part: PatternBound(tables, L, forced_crossing(tables, net, L)).bound(
+                self.inc.value, self.bound, part, rel_tol=max(1e-6, min(2e-4, self.options.mip_gap / 10))))
+            self.bound = min(self.bound, pb.value)
+            self.record("pattern-bound", "bound", None, self.bound, pb.time_s)
+
+    def blocks(self) -> None:
+        p, tables = self.p, self.tables
+        ts = time.perf_counter()
+        sol = self.step(0.5, lambda part: BlockSearch(tables, self.L).search(
+            self.inc.value, self.bound, part, rel_tol=max(self.options.mip_gap / 4, 1e-4)))
         if sol is not None:
             ids = [list(p.groups[t.gi].ids) for t in tables]
             units = list(realize(tables, sol, ids))
-            val, _ = helix_flow(p, units, partial=partial)
-            if net.binding:
-                units, val = polish(units, 0.2)
-            inc.offer(units, val, "blocks")
-        record("blocks", "feasible" if sol else "no-solution", sol.flow_target if sol else None, bound,
-               time.perf_counter() - ts)
+            val, _ = helix_flow(p, units, partial=self.partial)
+            if self.net.binding:
+                units, val = self.polish(units, 0.2)
+            self.inc.offer(units, val, "blocks")
+        self.record("blocks", "feasible" if sol else "no-solution", sol.flow_target if sol else None, self.bound,
+                    time.perf_counter() - ts)
 
-    if net.binding and open_gap():
+    def segments(self) -> None:
+        p, tables = self.p, self.tables
         ts = time.perf_counter()
-        seg = step(0.5, lambda part: SegmentSearch(tables, L, representative_pair_caps(p, net)).search(
-            inc.value, bound, part, rel_tol=max(options.mip_gap / 4, 1e-4)))
+        seg = self.step(0.5, lambda part: SegmentSearch(tables, self.L, representative_pair_caps(p, self.net)).search(
+            self.inc.value, self.bound, part, rel_tol=max(self.options.mip_gap / 4, 1e-4)))
         if seg is not None:
             units = realize_segments(tables, seg, [list(p.groups[t.gi].ids) for t in tables])
-            units, val = polish(units, 0.2)
-            inc.offer(units, val, "segments")
-        record("segments", "feasible" if seg else "no-solution", seg.flow_target if seg else None, bound,
-               time.perf_counter() - ts)
+            units, val = self.polish(units, 0.2)
+            self.inc.offer(units, val, "segments")
+        self.record("segments", "feasible" if seg else "no-solution", seg.flow_target if seg else None, self.bound,
+                    time.perf_counter() - ts)
 
-    exact_nodes = bool(net.binding) and not partial and milp_nodes.pair_vars(p) <= milp_nodes.MAX_PAIR_VARS
-    if open_gap() and not work.timed_out:
+    def milp(self) -> None:
+        """The MILP warm-started from the incumbent: per node pair when links bind on a small
+        cluster (its objective is the max flow), else the group model."""
+        p, tables, net, partial, options = self.p, self.tables, self.net, self.partial, self.options
+        exact_nodes = bool(net.binding) and not partial and milp_nodes.pair_vars(p) <= milp_nodes.MAX_PAIR_VARS
         ts = time.perf_counter()
-        val, flow = helix_flow(p, inc.units, partial=partial)
-        if exact_nodes:  # binding links on a small cluster: one flow per node pair, objective = max flow
-            nt = milp_nodes.node_tables(p, tables, bound)
+        val, flow = helix_flow(p, self.inc.units, partial=partial)
+        if exact_nodes:
+            nt = milp_nodes.node_tables(p, tables, self.bound)
             m = milp_nodes.build_model(nt)
-            warm = milp_nodes.warm_start(m, nt, inc.units, flow, val)
+            warm = milp_nodes.warm_start(m, nt, self.inc.units, flow, val)
             name = "place-shared-nodes-milp"
         else:
-            st = shared_tables(tables, net, L, bound, partial)
+            st = shared_tables(tables, net, self.L, self.bound, partial)
             m = build_model(st)
-            warm_start(m, st, inc.units, flow, val)
+            warm_start(m, st, self.inc.units, flow, val)
             warm, name = True, "place-shared-milp"
         build_s = time.perf_counter() - ts
         if m.nvariables() > MILP_MAX_VARS:
-            record(name, "skipped", None, None, build_s)
-        else:
-            opts = SolverOptions(time_limit_s=work.seconds_left(), mip_gap=options.mip_gap, threads=options.threads,
-                                 seed=options.seed, node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
-            res = solve(m, opts, name=name, warm_start=warm)
-            if res.has_solution:
-                if exact_nodes:
-                    units = milp_nodes.extract_units(m, nt, tables)
-                    v, _ = helix_flow(p, units, partial=partial)
-                else:
-                    units = units_from_intervals(p, tables, extract_intervals(m, st))
-                    v, _ = helix_flow(p, units, partial=partial)
-                    if net.binding:
-                        units, v = polish(units, 1.0)
-                inc.offer(units, v, "milp")
-            if res.bound is not None and (exact_nodes or not net.binding):  # the group model is a restriction where links bind
-                bound = min(bound, res.bound)
-            solves.append(SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, res.time_s + build_s))
-            milp_timed_out = res.limit == "time"
+            self.record(name, "skipped", None, None, build_s)
+            return
+        opts = SolverOptions(time_limit_s=self.work.seconds_left(), mip_gap=options.mip_gap, threads=options.threads,
+                             seed=options.seed, node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
+        res = solve(m, opts, name=name, warm_start=warm)
+        if res.has_solution:
+            if exact_nodes:
+                units = milp_nodes.extract_units(m, nt, tables)
+                v, _ = helix_flow(p, units, partial=partial)
+            else:
+                units = units_from_intervals(p, tables, extract_intervals(m, st))
+                v, _ = helix_flow(p, units, partial=partial)
+                if net.binding:
+                    units, v = self.polish(units, 1.0)
+            self.inc.offer(units, v, "milp")
+        if res.bound is not None and (exact_nodes or not net.binding):  # the group model is a restriction where links bind
+            self.bound = min(self.bound, res.bound)
+        self.solves.append(SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, res.time_s + build_s))
+        self.milp_timed_out = res.limit == "time"
 
-    capped = work.timed_out or milp_timed_out
-    val, flow = helix_flow(p, inc.units, partial=partial)
-    da = shared_depth_aware(p, inc.units, partial)
-    bound = max(bound, val)  # round-off: never report a bound below the flow verified
-    return PlacementResult(
-        problem_name=p.name, mode="shared", objective=objective, units=tuple(sorted(inc.units, key=lambda u: (u.start, u.unit))),
-        chains=(), edge_flows=edge_flows(flow), helix_flow=val, depth_aware_capacity=da, bound=bound,
-        gap=_gap(val, bound), incumbent_source=inc.source, solves=tuple(solves), time_s=time.perf_counter() - t0,
-        partial_inference=partial, problem=p, machine_dependent=capped,
-        notes=(f"work: {work.spent} of {work.work} solves and flow evaluations",) + (
-            ("stopped by the wall-clock cap before its work budget: this placement may differ on a faster or "
-             "slower machine",) if capped else ()),
-    )
+    def result(self, objective: str) -> PlacementResult:
+        p, work = self.p, self.work
+        capped = work.timed_out or self.milp_timed_out
+        val, flow = helix_flow(p, self.inc.units, partial=self.partial)
+        da = shared_depth_aware(p, self.inc.units, self.partial)
+        bound = max(self.bound, val)  # round-off: never report a bound below the flow verified
+        return PlacementResult(
+            problem_name=p.name, mode="shared", objective=objective,
+            units=tuple(sorted(self.inc.units, key=lambda u: (u.start, u.unit))),
+            chains=(), edge_flows=edge_flows(flow), helix_flow=val, depth_aware_capacity=da, bound=bound,
+            gap=_gap(val, bound), incumbent_source=self.inc.source, solves=tuple(self.solves),
+            time_s=time.perf_counter() - self.t0, partial_inference=self.partial, problem=p, machine_dependent=capped,
+            notes=(f"work: {work.spent} of {work.work} solves and flow evaluations",) + (
+                ("stopped by the wall-clock cap before its work budget: this placement may differ on a faster or "
+                 "slower machine",) if capped else ()),
+        )
