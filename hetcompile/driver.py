@@ -7,7 +7,7 @@ from typing import Callable
 
 from hetcompile.ir.lower import load_problem
 from hetcompile.plan.io import read_plan_doc
-from hetcompile.plan.previous import DEFAULT_CHURN_PENALTY, previous_plan
+from hetcompile.ir.previous import DEFAULT_CHURN_PENALTY, previous_plan
 from hetcompile.passes import default_pipeline
 from hetcompile.passes.base import PassContext, PipelineResult, run_pipeline
 from hetcompile.opt.solve import SolverOptions

@@ -122,7 +122,7 @@ def _evil_spec() -> str:
     spec = yaml.safe_load((ROOT / "examples" / "tiny-cpu" / "spec.yaml").read_text())
     m = spec["models"][0]
     # free text that reaches scripts; names (model, workload, region, plan) are identifiers that
-    # the loader refuses unless they match ir/names.py (tests/test_hostile.py)
+    # the loader refuses unless they match names.py (tests/test_hostile.py)
     m["served_name"] = "tiny" + EVIL
     m["weights"] = "./tiny" + EVIL
     return yaml.safe_dump(spec)

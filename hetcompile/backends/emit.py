@@ -32,7 +32,7 @@ def artifacts(ir: Problem) -> dict[str, str]:
 
 def _inside(out: Path, rel: str) -> Path:
     """`out/rel`, refusing any artifact path that would land outside `out` (ids are checked where
-    they enter, see ir/names.py; this is the last line of defence, not the first)."""
+    they enter, see names.py; this is the last line of defence, not the first)."""
     path = out / rel
     root = out.resolve()
     if Path(rel).is_absolute() or ".." in Path(rel).parts or not path.resolve().is_relative_to(root):

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 from hetcompile.frozen import Frozen
 from hetcompile.ir.routing import RoutingTable
 from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
+from hetcompile.plan.doc import Binding, ModelPlacement, PrimaryWorkers
 from hetcompile.perf.stepmodel import ReplicaModel
 
 
@@ -172,16 +173,6 @@ class Shape(Frozen):
         return self.tp * self.pp
 
 
-class Binding(Frozen):
-    """A constraint that stops the plan from growing (or, for `demand`, that it meets exactly)."""
-
-    kind: Annotated[Literal["budget", "availability", "demand", "placement", "slo", "other"],
-                    Field(description="which constraint family")]
-    subject: Annotated[str | None, Field(description="what it is about: the offer id for availability")] = None
-    used: Annotated[float | None, Field(description="how much of the limit the plan uses")] = None
-    limit: Annotated[float | None, Field(description="the limit")] = None
-    unit: Annotated[str | None, Field(description="unit of used and limit: '$/h', 'GPUs', 'x demand'")] = None
-    text: Annotated[str, Field(description="the same, in words")]
 
 
 class Composition(Frozen):
@@ -223,91 +214,14 @@ class Replica(Frozen):
     mixed: bool = False
 
 
-class ChainSummary(Frozen):
-    """place (mixed pipelines): one replica's chain under the depth-aware model (placement/evaluate.py)."""
-
-    replica: str
-    depth: int
-    tp: int
-    concurrency: float = Field(description="C: requests in flight (KV minimum over stages, max-num-seqs)")
-    concurrency_limit: str = Field(description="'kv:<stage unit>' or 'max-num-seqs'")
-    micro_batch: float = Field(description="b = C / depth")
-    capacity_tokens_per_s: float = Field(description="prompt + decode tokens/s at the model's mean workload: perf/capacity.py's full mode, what the plan reports")
-    search_capacity_tokens_per_s: float = Field(default=0.0, description="the same by the formula's fast (fluid) mode, what placement's search ranked it by")
-    binding: str = Field(description="'stage:<unit>' (slowest stage) or 'latency' (round trip incl. hops), in the fast mode")
-    helix_flow: float = Field(description="Helix semantics: min of T(k) over stages and link capacity over hops")
-    split_nodes: tuple[str, ...] = ()
 
 
-class ModelPlacement(Frozen):
-    """place (mixed pipelines): what Helix max-flow placement found for one model, and what was kept."""
-
-    model: str
-    objective: Literal["depth-aware", "helix"]
-    kept: Literal["placement", "compose"] = Field(description="whose replicas the plan deploys")
-    pool_nodes: int
-    pool_gpus: int
-    status: str
-    helix_flow: float = Field(description="Helix-semantics flow of the placed chains, tokens/s")
-    depth_aware_capacity: float = Field(description="the search's objective: the placed chains' capacity by the formula's fast mode, tokens/s (bound and gap refer to it)")
-    capacity: float = Field(default=0.0, description="the placed chains' capacity by the full mode (what the plan reports), tokens/s")
-    bound: float | None = None
-    gap: float | None = None
-    incumbent_source: str = ""
-    shared_helix_flow: float | None = Field(default=None, description="shared per-request pipelines (not deployable)")
-    shared_depth_aware_capacity: float | None = None
-    shared_bound: float | None = None
-    shared_gap: float | None = None
-    compose_depth_aware_capacity: float = Field(description="compose's single-type replicas, same model, fast mode")
-    compose_capacity: float = Field(default=0.0, description="compose's single-type replicas, same model, full mode")
-    scale_placement: float = Field(description="theta with the placed chains")
-    scale_compose: float = Field(description="theta with compose's replicas, evaluated by the same model")
-    # optional: plans written before it was added still read back (explain, --previous)
-    scale_single_type: float | None = Field(default=None, description="theta with compose's replicas by their own estimates: what the single-type plan serves")
-    chains: tuple[ChainSummary, ...] = ()
 
 
-class LeftOutGpus(Frozen):
-    """place (mixed): GPUs of one type that Hetis primary-worker selection kept out of a replica."""
-
-    gpu: str
-    gpus: int
-    nodes: tuple[str, ...] = Field(description="pool node ids (a TP slice as <node>#<j>)")
-    adds: float = Field(description="C(kept) / C(kept + these) - 1: what they would add to the replica's dense speed (< delta)")
-    fate: Literal["moved", "not-rented", "idle", "kept-in"] = Field(
-        description="moved to another replica, not rented (cost saved), owned and idle, or kept in (the plan without "
-                    "them served less)")
-    to_replica: str | None = None
-    saved_per_s: float = Field(default=0.0, description="$/s not paid because they are not rented")
 
 
-class AttentionWorkers(Frozen):
-    """What left-out GPUs would add as Hetis Attention workers (perf/attention.py); NOT deployable on vLLM 0.33."""
-
-    gpus: int
-    kv_tokens: float
-    kv_tokens_with: float
-    decode_tokens_per_s: float
-    decode_tokens_per_s_with: float
-    offload_share: float = Field(description="rho: share of the query heads offloaded (0: offload does not pay)")
-    transfer_s_per_layer: float = Field(description="eq. 4 per layer per step at the chosen share: 2 alpha + beta V b")
-    link_latency_s: float
-    link_bandwidth: float
 
 
-class PrimaryWorkers(Frozen):
-    """place (mixed): Hetis primary-worker selection (seed 001 §4.1, placement/hetis.py) for one replica."""
-
-    model: str
-    replica: str
-    delta: float
-    kept: tuple[tuple[str, int], ...] = Field(description="GPU type -> GPUs kept as primary workers")
-    dense_cost_s: float = Field(description="C(kept): max stage dense cost per step, s (unified stages, perfect scaling)")
-    full_dense_cost_s: float = Field(description="C with every GPU placement gave the replica")
-    applied: bool
-    left_out: tuple[LeftOutGpus, ...] = ()
-    attention: AttentionWorkers | None = None
-    text: tuple[str, ...] = Field(default=(), description="what plan.md and explain say")
 
 
 class PreviousReplica(Frozen):

@@ -18,7 +18,7 @@ from typing import Annotated, Callable, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from hetcompile.ir import units
-from hetcompile.ir.names import Name, PlanName
+from hetcompile.names import Name, PlanName
 
 _UNIT_SCHEMA = {"anyOf": [{"type": "number"}, {"type": "string"}]}
 

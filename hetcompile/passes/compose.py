@@ -24,7 +24,8 @@ import math
 from dataclasses import dataclass, field, replace
 
 from hetcompile.errors import InfeasibleError
-from hetcompile.ir.problem import Binding, Composition, PassReport, Problem
+from hetcompile.ir.problem import Composition, PassReport, Problem
+from hetcompile.plan.doc import Binding
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes.compose_model import (
     ComposeSolution,

@@ -35,17 +35,8 @@ from dataclasses import replace
 from hetcompile import placement
 from hetcompile.plan.canon import natural_key
 from hetcompile.errors import PassError
-from hetcompile.ir.problem import (
-    Binding,
-    ChainSummary,
-    Composition,
-    ModelPlacement,
-    Node,
-    PassReport,
-    Problem,
-    Replica,
-    Stage,
-)
+from hetcompile.ir.problem import Composition, Node, PassReport, Problem, Replica, Stage
+from hetcompile.plan.doc import Binding, ChainSummary, ModelPlacement
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes import place_hetis
 from hetcompile.passes.place_problem import chain_estimate, placement_problem

@@ -29,7 +29,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from hetcompile.ir.problem import AttentionWorkers, LeftOutGpus, Node, PrimaryWorkers, Problem, Workload
+from hetcompile.ir.problem import Node, Problem, Workload
+from hetcompile.plan.doc import AttentionWorkers, LeftOutGpus, PrimaryWorkers
 from hetcompile.passes.place_problem import chain_estimate
 from hetcompile.passes.rates import max_scale
 from hetcompile.opt.solve import SolverOptions
