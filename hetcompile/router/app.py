@@ -218,7 +218,10 @@ class Router:
 def build_app(router: Router) -> web.Application:
     """The aiohttp application of `router`; its startup opens the client session and polling."""
     app = web.Application(client_max_size=router.options.max_body_bytes)
-    proxy = Proxy(router)
+    o = router.options
+    proxy = Proxy(metrics=router.metrics, table=lambda: router.table, upstream=lambda: router.upstream,
+                  read_timeout=o.read_timeout, max_retries=o.max_retries, retry_backoff=o.retry_backoff,
+                  fail_threshold=o.fail_threshold, auth_token=router.auth_token)
 
     async def lifecycle(_app: web.Application):
         await router._open()

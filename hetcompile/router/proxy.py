@@ -37,16 +37,19 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from hetcompile.router.metrics import RouterMetrics
+from hetcompile.router.table import RouteTable
+from hetcompile.router.upstream import UpstreamPool
 from hetcompile.router.classify import BadRequest, match_class, parse_request, predicted_output_tokens
 from hetcompile.router.upstream import Response as UpstreamResponse
 from hetcompile.router.upstream import ReadTimeout, UpstreamError
 
 if TYPE_CHECKING:
-    from hetcompile.router.app import Router
     from hetcompile.router.state import Lease, ReplicaState
 
 log = logging.getLogger("hetcompile.router")
@@ -120,16 +123,18 @@ class _Retry(Exception):
 
 
 class Proxy:
-    """Request handlers for the OpenAI endpoints; shares the router's table, session and metrics."""
+    """Request handlers for the OpenAI endpoints, on the router's table, upstream pool and metrics."""
 
-    def __init__(self, router: "Router"):
-        self.router = router
-        o = router.options
-        self.max_retries = o.max_retries
-        self.backoff = o.retry_backoff
-        self.fall = o.fail_threshold
-        self.auth = f"Bearer {router.auth_token}".encode() if router.auth_token else None
-        self.m = router.metrics
+    def __init__(self, *, metrics: RouterMetrics, table: Callable[[], RouteTable], upstream: Callable[[], UpstreamPool],
+                 read_timeout: float, max_retries: int, retry_backoff: float, fail_threshold: int,
+                 auth_token: str | None):
+        # table and upstream are read per request: a reload swaps the table, startup opens the pool
+        self.table, self.upstream, self.m = table, upstream, metrics
+        self.read_timeout = read_timeout
+        self.max_retries = max_retries
+        self.backoff = retry_backoff
+        self.fall = fail_threshold
+        self.auth = f"Bearer {auth_token}".encode() if auth_token else None
 
     def authorized(self, request: web.Request) -> bool:
         if self.auth is None:
@@ -158,7 +163,7 @@ class Proxy:
             # a body aiohttp cannot decode: a Content-Encoding (gzip, deflate) that does not inflate
             m.errors.inc(("bad_request",))
             return self.unreadable_body(request, e)
-        table = self.router.table  # snapshot for the whole request
+        table = self.table()  # snapshot for the whole request
         try:
             info = parse_request(body, chat, table.chars_per_token)
         except BadRequest as e:
@@ -277,9 +282,9 @@ class Proxy:
             + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
         )  # fmt: skip
         t0 = time.perf_counter()
-        first_byte = first_byte_deadline(replica, stream, max_tokens, self.router.options.read_timeout)
+        first_byte = first_byte_deadline(replica, stream, max_tokens, self.read_timeout)
         try:
-            up = await self.router.upstream.request(replica.conn_key, head, body, timeout=first_byte)
+            up = await self.upstream().request(replica.conn_key, head, body, timeout=first_byte)
         except ReadTimeout:
             raise _Retry("first_byte_timeout", f"no response within {first_byte:g} s") from None
         except _UPSTREAM_ERRORS as e:
@@ -291,7 +296,7 @@ class Proxy:
                 # the rest of the first-byte budget is for the first chunk (vLLM sends the head at once)
                 up.set_timeout(max(first_byte - (time.perf_counter() - t0), 1e-3))
                 return await self.stream(request, up, replica, lease, ctype, first_byte)
-            up.set_timeout(self.router.options.read_timeout)
+            up.set_timeout(self.read_timeout)
             try:
                 data = await up.read()
             except _UPSTREAM_ERRORS as e:
@@ -326,7 +331,7 @@ class Proxy:
             raise _Retry("upstream_broken", str(e) or repr(e)) from None
         if not first:
             raise _Retry("upstream_broken", "stream ended before its first byte")
-        up.set_timeout(self.router.options.read_timeout)  # from here on, only silence is bounded
+        up.set_timeout(self.read_timeout)  # from here on, only silence is bounded
         out = web.StreamResponse(
             status=200,
             headers={
