@@ -213,7 +213,7 @@ def deploy(
         if not dry_run:  # before `sky` is asked anything
             pf.check_tools(env)
             src = pf.hetcompile_src(env)
-            pf.check_clouds(sorted({n["cloud"] for n in plan.get("nodes", []) if n.get("cloud")}), base, env)
+            pf.check_clouds(sorted({n.cloud for n in plan.nodes if n.cloud}), base, env)
         d = dep.deploy_plan(base, env)
         if dry_run:
             _dry_run(d.rollout, f"deploy {d.rollout.new_plan} ({base})", timeout_s)

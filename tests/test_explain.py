@@ -25,6 +25,8 @@ from hetcompile.explain import rates
 from hetcompile.explain.load import PlanReadError, check_plan
 from hetcompile.migrate.planner import MigrationError
 from hetcompile.explain.model import ADAPTER, Step, Unit
+from hetcompile.plan.doc import PlanDoc
+from hetcompile.ir.problem import ChainSummary, ModelPlacement
 from hetcompile.explain.render import render_diff, render_explanation, text
 
 # the examples this file has goldens for (a new example needs its goldens made on purpose)
@@ -42,12 +44,12 @@ def _plan_text(rel: str) -> str:
     return dumps_json(plan_dict(compile_spec(ROOT / rel).ir))
 
 
-def plan_of(rel: str) -> dict:
-    """The canonical plan.json of a spec, as `hetcompile build` writes it (fresh dict per call)."""
-    return json.loads(_plan_text(rel))
+def plan_of(rel: str) -> PlanDoc:
+    """The canonical plan.json of a spec as `hetcompile build` writes it, read back as explain reads it."""
+    return check_plan(json.loads(_plan_text(rel)))
 
 
-def example(name: str) -> dict:
+def example(name: str) -> PlanDoc:
     return plan_of(f"examples/{name}/spec.yaml")
 
 
@@ -97,16 +99,17 @@ def test_utilisation_matches_the_plans_rates(name: str) -> None:
     """U_r recomputed by hand: routed rate over capacity, summed over workloads; compose keeps it <= 1."""
     plan = example(name)
     e = explain_plan(plan)
-    served = {w["name"]: w["served_requests_per_s"] for w in plan["workloads"]}
-    for r, v in zip(sorted(plan["replicas"], key=lambda r: r["id"]), e.replicas):
-        u = sum(plan["routing"].get(w, {}).get(r["id"], 0) * s / r["workloads"][w]["capacity_requests_per_s"]
-                for w, s in served.items() if plan["routing"].get(w, {}).get(r["id"], 0) > 0)
+    served = {w.name: w.served_requests_per_s for w in plan.workloads}
+    routing = plan.model_dump(mode="json")["routing"]  # plain dicts: the hand computation owes nothing to rates.py
+    for r, v in zip(sorted(plan.replicas, key=lambda r: r.id), e.replicas):
+        u = sum(routing.get(w, {}).get(r.id, 0) * s / r.workloads[w].capacity_requests_per_s
+                for w, s in served.items() if routing.get(w, {}).get(r.id, 0) > 0)
         assert v.utilisation == pytest.approx(u)
         assert v.utilisation <= 1 + 1e-4
-        assert [s.layers for s in v.stages] == [tuple(s["layers"]) for s in r["stages"]]
+        assert [s.layers for s in v.stages] == [s.layers for s in r.stages]
     cost = e.cost
-    assert sum(o.price_per_hour for o in cost.by_offer) == pytest.approx(plan["totals"]["price_per_hour"], abs=0.01)
-    assert [b.text for b in e.binding if not b.derived] == [b["text"] for b in plan["totals"]["binding"]]
+    assert sum(o.price_per_hour for o in cost.by_offer) == pytest.approx(plan.totals.price_per_hour, abs=0.01)
+    assert [b.text for b in e.binding if not b.derived] == [b.text for b in plan.totals.binding]
 
 
 def test_binding_names_the_offer_and_budget() -> None:
@@ -132,18 +135,27 @@ def test_pictures_have_every_replica() -> None:
         assert f'"cluster_p_{r.id}"' in dot and f"subgraph r_{r.id}[" in md
 
 
-def test_placement_block_and_unknown_keys_are_tolerated() -> None:
+def test_placement_block_is_shown_and_unknown_keys_are_refused() -> None:
     plan = example("quickstart")
-    plan["placement"] = [{"model": "llama-3.1-8b", "kept": "compose", "helix_flow": 123.0,
-                          "chains": [{"replica": "r0", "depth": 2, "binding": "latency", "concurrency": 200.0}]}]
-    plan["replicas"][0]["future_key"] = {"x": 1}
-    plan["totals"]["future_total"] = 1.5
-    del plan["passes"]
-    e = explain_plan(plan)
-    assert e.replicas[0].placement == {"depth": 2, "binding": "latency", "concurrency": 200.0}
+    chain = ChainSummary(replica="r0", depth=2, tp=1, concurrency=200.0, concurrency_limit="max-num-seqs", micro_batch=100.0,
+                         capacity_tokens_per_s=900.0, binding="latency", helix_flow=950.0)
+    block = ModelPlacement(model="llama-3.1-8b", objective="depth-aware", kept="compose", pool_nodes=2, pool_gpus=2, status="ok",
+                           helix_flow=123.0, depth_aware_capacity=900.0, compose_depth_aware_capacity=800.0, scale_placement=1.0,
+                           scale_compose=0.9, chains=(chain,))
+    e = explain_plan(plan.model_copy(update={"placement": (block,)}))
+    assert e.replicas[0].placement == chain.model_dump(mode="json", exclude={"replica"})
+    assert e.replicas[0].placement["depth"] == 2 and e.replicas[0].placement["binding"] == "latency"
     md = render_explanation(e, "md")
-    assert "## Placement" in md and "placement: depth 2" in md
+    assert "## Placement" in md and "placement: depth 2, concurrency 200, concurrency_limit max-num-seqs" in md
+    assert "- **llama-3.1-8b**: " in md and "helix_flow 123" in md and "| binding | capacity_tokens_per_s |" in md
+    out = json.loads(render_explanation(e, "json"))
+    assert out["placement"] == [block.model_dump(mode="json")]  # as plan.json has it
     ADAPTER.validate_json(render_explanation(e, "json"))
+    # a plan.json with keys this version does not know is refused when read, naming the key
+    data = plan.model_dump(mode="json")
+    data["replicas"][0]["future_key"] = {"x": 1}
+    with pytest.raises(PlanReadError, match=r"replicas\[0\]\.future_key"):
+        check_plan(data)
 
 
 # ---------------------------------------------------------------------------- diff
@@ -153,16 +165,16 @@ def test_placement_block_and_unknown_keys_are_tolerated() -> None:
 def test_diff_with_self_is_empty(name: str) -> None:
     d = diff_plans(example(name), example(name))
     assert d.empty and not d.changed and not d.added and not d.removed and not d.routing and not d.totals
-    assert all(not p.relabelled for p in d.untouched) and len(d.untouched) == len(example(name)["replicas"])
+    assert all(not p.relabelled for p in d.untouched) and len(d.untouched) == len(example(name).replicas)
     assert d.migration.mode == "none" and d.migration.steps == () and d.migration.capacity_kept
 
 
 def test_budget_cut_cannot_run_side_by_side() -> None:
     old, new, d = diff_case("budget-cut")
     m = d.migration
-    assert m.mode == "rolling" and m.ceiling_per_hour == pytest.approx(old["totals"]["price_per_hour"])
+    assert m.mode == "rolling" and m.ceiling_per_hour == pytest.approx(old.totals.price_per_hour)
     assert any(c.startswith("budget:") and "exceeds it" in c for c in m.checks)
-    assert new["totals"]["budget_per_hour"] < old["totals"]["price_per_hour"]
+    assert new.totals.budget_per_hour < old.totals.price_per_hour
     assert {p.old for p in d.untouched} and any(p.relabelled for p in d.untouched)
     assert [c.field for c in d.changed[0].changes] == ["pp", "layers", "nodes"]
 
@@ -190,7 +202,7 @@ def test_migration_replay_keeps_capacity(case: str) -> None:
     states = replay(old, new, m.steps)
     k_old, k_new = rates.plan_capacity(old), rates.plan_capacity(new)
     assert states[0].capacity == pytest.approx(k_old)
-    assert states[0].price_per_hour == pytest.approx(old["totals"]["price_per_hour"], abs=0.01)
+    assert states[0].price_per_hour == pytest.approx(old.totals.price_per_hour, abs=0.01)
     dips = {(x.step, x.workload) for x in m.dips}
     for st in states[1:]:
         step = m.steps[st.index - 1]
@@ -203,38 +215,49 @@ def test_migration_replay_keeps_capacity(case: str) -> None:
             below = cap < target * (1 - 1e-6) - 1e-9
             assert below == ((st.index, w) in dips), f"step {st.index} {w}: {cap} vs target {target}"
     end = states[-1]
-    assert sorted(u.new for u in end.running) == sorted(r["id"] for r in new["replicas"])
-    assert set(end.routed.values()) == {"new"} and len(end.routed) == len(new["replicas"])
+    assert sorted(u.new for u in end.running) == sorted(r.id for r in new.replicas)
+    assert set(end.routed.values()) == {"new"} and len(end.routed) == len(new.replicas)
     assert end.capacity == pytest.approx(k_new)
-    assert end.price_per_hour == pytest.approx(new["totals"]["price_per_hour"], abs=0.01)
+    assert end.price_per_hour == pytest.approx(new.totals.price_per_hour, abs=0.01)
     assert m.capacity_kept == (not dips)
 
 
 # ---------------------------------------------------------------------------- small hand-made plans
 
 
-def fake_plan(name: str, reps: list[tuple], budget: float | None) -> dict:
-    """reps: (id, offer, gpu, nodes, partition, tp, price per node, capacity of 'chat'); at full load."""
+def fake_plan(name: str, reps: list[tuple], budget: float | None) -> PlanDoc:
+    """reps: (id, offer, gpu, nodes, partition, tp, price per node, capacity of 'chat'); at full load.
+    A whole plan.json, validated as explain reads one (fields explain does not read are placeholders)."""
     nodes, replicas = [], []
     total = sum(r[7] for r in reps)
     for rid, offer, gpu, node_ids, part, tp, price, cap in reps:
         region = offer.split("/")[0]
         stages, start = [], 0
         for n, k in zip(node_ids, part):
-            nodes.append({"id": n, "offer": offer, "gpu": gpu, "gpus": tp, "region": region, "cloud": "gcp",
+            nodes.append({"id": n, "offer": offer, "gpu": gpu, "gpus": tp, "owned_gpus": 0, "region": region, "cloud": "gcp",
                           "owned": False, "price_per_hour": price})
             stages.append({"node": n, "gpu": gpu, "region": region, "tp": tp, "layers": [start, start + k]})
             start += k
-        replicas.append({"id": rid, "model": "m", "shape": f"m|{offer}|tp{tp}|pp{len(part)}", "stages": stages, "tp": tp,
-                         "pp": len(part), "dtype": "bfloat16", "estimate_source": "analytic", "price_per_hour": price * len(part),
+        replicas.append({"id": rid, "model": "m", "served_name": "m", "shape": f"m|{offer}|tp{tp}|pp{len(part)}",
+                         "stages": stages, "tp": tp, "pp": len(part), "partition": list(part), "mixed": False,
+                         "dtype": "bfloat16", "estimate_source": "analytic", "price_per_hour": price * len(part),
+                         "kv_capacity_tokens": 100000, "prefill_tokens_per_s": 1000.0, "decode_tokens_per_s": 100.0,
                          "workloads": {"chat": {"capacity_requests_per_s": cap, "concurrency": 10.0, "binding": "bottleneck-stage"}}})
-    return canon({
-        "plan": name, "spec_hash": name, "models": [{"name": "m", "layers": 32}], "nodes": nodes, "replicas": replicas,
+    price = sum(n["price_per_hour"] for n in nodes)
+    return check_plan(canon({
+        "format": "hetcompile-plan/1", "compiler": {"version": "test", "solver": "none"},
+        "plan": name, "spec_hash": name, "next_replica": len(reps), "passes": [],
+        "models": [{"name": "m", "served_name": "m", "weights": "m", "max_model_len": 4096, "layers": 32}],
+        "engine": {"max_num_seqs": 256, "gpu_memory_utilization": 0.9, "port": 8000, "router_port": 8080},
+        "nodes": nodes, "replicas": replicas,
         "routing": {"chat": {r[0]: r[7] / total for r in reps}},
-        "workloads": [{"name": "chat", "model": "m", "served_requests_per_s": total, "demand": 1.0, "demand_kind": "rate"}],
-        "totals": {"binding": [], "price_per_hour": sum(n["price_per_hour"] for n in nodes), "budget_per_hour": budget,
-                   "requests_per_s": total},
-    })
+        "workloads": [{"name": "chat", "model": "m", "served_requests_per_s": total, "demand": 1.0, "demand_kind": "rate",
+                       "input_tokens": 100.0, "output_tokens": 100.0}],
+        "totals": {"binding": [], "price_per_hour": price, "budget_per_hour": budget, "requests_per_s": total,
+                   "tokens_per_s": 200.0 * total, "output_tokens_per_s": 100.0 * total, "scale": 1.0,
+                   "gpus": sum(n["gpus"] for n in nodes), "objective": "max-throughput", "objective_value": 1.0,
+                   "objective_unit": "x demand", "bound": None, "gap": None, "bound_source": "none"},
+    }))
 
 
 def test_matching_renumbered_nodes_is_untouched_and_moved_layers_is_changed() -> None:

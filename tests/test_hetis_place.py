@@ -11,6 +11,7 @@ estimate (perf/attention.py).
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -23,7 +24,7 @@ from hetcompile.backends.emit import artifacts
 from hetcompile.driver import compile_spec
 from hetcompile.explain.explain import explain_plan
 from hetcompile.explain.render import render_explanation
-from hetcompile.backends.plan_json import plan_dict
+from hetcompile.plan.io import check_plan_doc
 from hetcompile.passes.place import idle_owned, materialize
 from hetcompile.passes.place_hetis import select_chains
 from hetcompile.passes.place_problem import placement_problem
@@ -119,11 +120,12 @@ def test_selection_never_serves_less_on_random_small_clusters(seed: int, tmp_pat
 
 def test_example_plan_md_and_explain_show_left_out_gpus_and_the_estimate() -> None:
     ir = compile_spec(HETIS / "spec.yaml").ir
-    md = artifacts(ir)["plan.md"]
+    files = artifacts(ir)
+    md = files["plan.md"]
     assert "## Primary workers (Hetis §4.1)" in md
     assert "would add" in md and "< 5%" in md and "left out (owned, idle)" in md  # the spec's delta: 5%
     assert "NOT deployable on vLLM 0.33" in md and "KV tokens" in md and "tokens/s" in md
-    text = render_explanation(explain_plan(plan_dict(ir)), "md")
+    text = render_explanation(explain_plan(check_plan_doc(json.loads(files["plan.json"]))), "md")
     assert "Primary workers" in text and "NOT deployable" in text
     # the left-out GPUs are in no replica and not billed
     used = {s.node for r in ir.replicas for s in r.stages}

@@ -16,6 +16,7 @@ from hetcompile.cli import app
 from hetcompile.driver import compile_spec
 from hetcompile.explain.diff import match
 from hetcompile.errors import HetcompileError, InfeasibleError
+from hetcompile.plan.io import check_plan_doc
 
 QUICKSTART = ROOT / "examples" / "quickstart" / "spec.yaml"
 LOST_L4 = ROOT / "tests" / "explain_cases" / "quickstart-lost-l4.yaml"
@@ -59,8 +60,8 @@ def test_churn_penalty_keeps_running_replicas_untouched(old):
     sticky = plan(sticky_ir)
     # with the penalty more of the running replicas survive, under their old ids and nodes
     assert len(kept_ids(old_plan, sticky)) > len(kept_ids(old_plan, free))
-    untouched, _, _, _ = match(old_plan, sticky)
-    not_relabelled = {o["id"] for o, n, relabelled in untouched if not relabelled and o["id"] == n["id"]}
+    untouched, _, _, _ = match(check_plan_doc(old_plan), check_plan_doc(sticky))
+    not_relabelled = {o.id for o, n, relabelled in untouched if not relabelled and o.id == n.id}
     assert kept_ids(old_plan, sticky) <= not_relabelled
     notes = next(p for p in sticky["passes"] if p["name"] == "compose")["notes"]
     assert any(n.startswith("replanning against quickstart: keeps") for n in notes)

@@ -1,14 +1,14 @@
 """Explain a plan and diff two plans: `hetcompile explain PLAN [NEW]`.
 
-- `load.read_plan`        a plan.json (or OUT directory) -> plan dict, with a clear error otherwise
+- `load.read_plan`        a plan.json (or OUT directory) -> `PlanDoc`, with a clear error otherwise
 - `rates`                 the load arithmetic shared by everything below (notation there)
-- `explain.explain_plan`  plan dict -> `model.Explanation`
-- `diff.diff_plans`       two plan dicts -> `model.PlanDiff` (with its migration plan)
+- `explain.explain_plan`  PlanDoc -> `model.Explanation`
+- `diff.diff_plans`       two PlanDocs -> `model.PlanDiff` (with its migration plan)
 - `replay` (from hetcompile.migrate.planner) re-checks a migration's ordered steps
 - `render_*`              terminal (rich), markdown with Mermaid, Graphviz DOT
 
-Everything here is a pure function of plan dicts: no solver, no catalog, no clock, so the
-output is byte-stable and goldens can pin it.
+Everything here is a pure function of `PlanDoc`s (hetcompile/plan/doc.py), read by typed field:
+no solver, no catalog, no clock, so the output is byte-stable and goldens can pin it.
 """
 
 from hetcompile.explain.diff import diff_plans

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetcompile.explain.model import Explanation, PlanDiff, Step
+from hetcompile.ir.problem import ModelPlacement, PrimaryWorkers
 
 
 @dataclass(frozen=True)
@@ -141,32 +142,29 @@ def _scalar(v: object) -> str:
     return num(v, 6) if isinstance(v, float) else str(v)
 
 
-def primary_worker_lines(block: object) -> list[str]:
+def primary_worker_lines(block: tuple[PrimaryWorkers, ...]) -> list[str]:
     """Per replica the selection's sentences (plan.json `primary_workers[].text`): GPUs left out, why,
     what became of them, and the attention-worker estimate (analysis only, not deployable)."""
     out = []
-    for w in block if isinstance(block, list) else [block]:
-        lines = [str(t) for t in (w.get("text") or [])] if isinstance(w, dict) else [str(w)]
+    for w in block:
+        lines = w.text
         if lines:
             out.append("- " + lines[0] + "".join(f"\n  - {t}" for t in lines[1:]))
     return out
 
 
-def placement_blocks(block: object) -> list[str | Table]:
-    """The plan's placement block, whatever its shape: per model its scalars, then its chains."""
-    items = block if isinstance(block, list) else [block]
+def placement_blocks(block: tuple[ModelPlacement, ...]) -> list[str | Table]:
+    """The plan's placement block: per model its scalar fields (set ones, by name), then its chains
+    (one row each, scalar fields as columns)."""
     out: list[str | Table] = []
-    for m in items:
-        if not isinstance(m, dict):
-            out.append(f"- {m}")
-            continue
-        head = m.get("model", "placement")
-        out.append(f"- **{head}**: " + ", ".join(f"{k} {_scalar(v)}" for k, v in sorted(m.items())
-                                                 if k not in ("model", "chains") and not isinstance(v, (list, dict)) and v is not None))
-        chains = [c for c in m.get("chains") or [] if isinstance(c, dict)]
+    for m in block:
+        fields = m.model_dump(mode="json", exclude={"model", "chains"})
+        out.append(f"- **{m.model}**: " + ", ".join(f"{k} {_scalar(v)}" for k, v in sorted(fields.items())
+                                                    if not isinstance(v, (list, dict)) and v is not None))
+        chains = [c.model_dump(mode="json") for c in m.chains]
         if chains:
-            keys = sorted({k for c in chains for k, v in c.items() if not isinstance(v, (list, dict))})
-            out.append(_table(tuple(keys), [tuple(_scalar(c.get(k, "-")) for k in keys) for c in chains]))
+            keys = sorted(k for k, v in chains[0].items() if not isinstance(v, (list, dict)))
+            out.append(_table(tuple(keys), [tuple(_scalar(c[k]) for k in keys) for c in chains]))
     return out
 
 

@@ -1,4 +1,4 @@
-"""plan dict -> `Explanation`: load, bottlenecks, what binds, cost, bound and gap, estimate sources.
+"""PlanDoc -> `Explanation`: load, bottlenecks, what binds, cost, bound and gap, estimate sources.
 
 Every number is read or derived from plan.json (notation in rates.py); nothing is recomputed
 from catalogs, so explain reads a plan without the spec that made it.
@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hetcompile.explain import rates
+from hetcompile.plan.doc import PlanDoc, PlanNode, PlanReplica
+from hetcompile.ir.problem import Binding
 from hetcompile.explain.model import (
     Bottleneck, CostBreakdown, EstimateGroup, Explanation, OfferCost, PassView, PlanBinding, RegionCost,
     ReplicaLoad, ReplicaView, SolverView, StageView, Summary, WorkloadView,
@@ -31,9 +33,9 @@ ESTIMATE_TEXT = {
 }
 
 
-def _hops(replica: dict) -> tuple[str, ...]:
-    st = replica.get("stages", [])
-    return tuple(f"{a.get('region')}->{b.get('region')}" for a, b in zip(st, st[1:]))
+def _hops(replica: PlanReplica) -> tuple[str, ...]:
+    st = replica.stages
+    return tuple(f"{a.region}->{b.region}" for a, b in zip(st, st[1:]))
 
 
 def _balanced(work: list[float]) -> bool:
@@ -44,17 +46,16 @@ def _heaviest(work: list[float]) -> int:
     return max(range(len(work)), key=lambda i: (work[i], -i)) if work else 0
 
 
-def bottleneck(replica: dict, binding: str | None, work: list[float] | None = None) -> Bottleneck:
+def bottleneck(replica: PlanReplica, binding: str | None, work: list[float] | None = None) -> Bottleneck:
     """What bounds `replica` for a workload whose profile says `binding` (module docstring); `work`:
     the stages' step times (rates.stage_times)."""
-    st = replica.get("stages", [])
+    st = replica.stages
     b = binding or "unknown"
     work = work if work is not None else [rates.stage_work(s) for s in st]
     if b == "bottleneck-stage" or b.startswith("stage:"):
         i = _heaviest(work)
-        s = st[i] if st else {}
-        lay = s.get("layers", [0, 0])
-        text = f"stage {i} ({s.get('gpu')} tp{s.get('tp')} in {s.get('region')}, layers {lay[0]}-{lay[1]}) paces decode"
+        gpu, tp, region, lay = (st[i].gpu, st[i].tp, st[i].region, st[i].layers) if st else (None, None, None, (0, 0))
+        text = f"stage {i} ({gpu} tp{tp} in {region}, layers {lay[0]}-{lay[1]}) paces decode"
         if _balanced(work):
             text += "; the stages are balanced, so every stage is as slow"
         return Bottleneck(kind="stage", stage=i, text=text)
@@ -85,36 +86,34 @@ def _limit(binding: str | None) -> str:
     return "measured" if binding == "measured" else "unknown"
 
 
-def chain_placement(plan: dict, r: dict) -> dict | None:
-    """The replica's own `placement` dict, else its chain in the plan's placement block (a list of
-    per-model results with `chains`, or one such dict), else None."""
-    if isinstance(r.get("placement"), dict):
-        return r["placement"]
-    block = plan.get("placement")
-    for m in block if isinstance(block, list) else [block] if isinstance(block, dict) else []:
-        if not isinstance(m, dict) or m.get("model", r["model"]) != r["model"]:
+def chain_placement(plan: PlanDoc, r: PlanReplica) -> dict | None:
+    """The replica's chain in the plan's placement block (its `ChainSummary` as plan.json has it,
+    less the replica id), else None."""
+    for m in plan.placement:
+        if m.model != r.model:
             continue
-        for c in m.get("chains") or []:
-            if isinstance(c, dict) and c.get("replica") == r["id"]:
-                return {k: v for k, v in c.items() if k != "replica"}
+        for c in m.chains:
+            if c.replica == r.id:
+                return c.model_dump(mode="json", exclude={"replica"})
     return None
 
 
-def replica_view(plan: dict, r: dict) -> ReplicaView:
+def replica_view(plan: PlanDoc, r: PlanReplica) -> ReplicaView:
     nodes = rates.node_index(plan)
     u = rates.utilisation(plan, r)
     x = rates.routed(plan, r)
     work = rates.stage_times(plan, r)  # t_i from the step model: the bottleneck is the slowest stage
     loads = []
-    for w in sorted(set(x) | set(r.get("workloads") or {})):
-        e = (r.get("workloads") or {}).get(w) or {}
+    for w in sorted(set(x) | set(r.workloads)):
+        e = rates.estimate(r, w)
+        binding = e.binding if e else None
         h = rates.capacity(r, w)
-        xw = x.get(w, 0.0)
+        xw = x[w] if w in x else 0.0
         loads.append(ReplicaLoad(
-            workload=w, weight=rates.weight(plan, w, r["id"]), routed_requests_per_s=xw, capacity_requests_per_s=h,
-            time_share=(xw / h if h else (1.0 if xw > rates.EPS else 0.0)), concurrency=e.get("concurrency"),
-            concurrency_limit=_limit(e.get("binding")), bottleneck=bottleneck(r, e.get("binding"), work),
-            ttft_s=e.get("ttft_s"), tpot_s=e.get("tpot_s"),
+            workload=w, weight=rates.weight(plan, w, r.id), routed_requests_per_s=xw, capacity_requests_per_s=h,
+            time_share=(xw / h if h else (1.0 if xw > rates.EPS else 0.0)), concurrency=e.concurrency if e else None,
+            concurrency_limit=_limit(binding), bottleneck=bottleneck(r, binding, work),
+            ttft_s=e.ttft_s if e else None, tpot_s=e.tpot_s if e else None,
         ))
     main = max(loads, key=lambda ld: ld.time_share, default=None)  # ties: the first by name
     top = max(work, default=0.0)
@@ -122,29 +121,25 @@ def replica_view(plan: dict, r: dict) -> ReplicaView:
     balanced = _balanced(work)  # no stage is heavier: none is marked
     stages = tuple(
         StageView(
-            index=i, node=s.get("node", "?"), offer=nodes.get(s.get("node"), {}).get("offer"), gpu=s.get("gpu", "?"),
-            region=s.get("region", "?"), tp=int(s.get("tp") or 1), layers=tuple(s.get("layers", [0, 0])),
-            work_share=(work[i] / top if top else 0.0), utilisation=(u * work[i] / top if top else 0.0),
+            index=i, node=s.node, offer=rates.stage_offer(nodes, s), gpu=s.gpu, region=s.region, tp=s.tp or 1,
+            layers=s.layers, work_share=(work[i] / top if top else 0.0), utilisation=(u * work[i] / top if top else 0.0),
             bottleneck=(i == heavy and not balanced),
         )
-        for i, s in enumerate(r.get("stages", []))
+        for i, s in enumerate(r.stages)
     )
     regions = tuple(dict.fromkeys(s.region for s in stages))
     return ReplicaView(
-        id=r["id"], model=r["model"], shape=r.get("shape"), gpu="+".join(dict.fromkeys(s.gpu for s in stages)),
-        regions=regions, tp=r.get("tp"), pp=len(stages), gpus=rates.replica_gpus(r), price_per_hour=rates.replica_price(plan, r),
-        kv_capacity_tokens=r.get("kv_capacity_tokens"), estimate_source=str(r.get("estimate_source", "unknown")),
+        id=r.id, model=r.model, shape=r.shape, gpu="+".join(dict.fromkeys(s.gpu for s in stages)),
+        regions=regions, tp=r.tp, pp=len(stages), gpus=rates.replica_gpus(r), price_per_hour=rates.replica_price(plan, r),
+        kv_capacity_tokens=r.kv_capacity_tokens, estimate_source=r.estimate_source,
         utilisation=u, bottleneck=main.bottleneck if main else bottleneck(r, None, work), stages=stages, workloads=tuple(loads),
         placement=chain_placement(plan, r),
     )
 
 
-def parse_binding(b: dict) -> PlanBinding:
+def parse_binding(b: Binding) -> PlanBinding:
     """One structured entry of totals.binding (ir/problem.py `Binding`), as explain shows it."""
-    kind = b.get("kind", "other")
-    known = ("budget", "availability", "demand", "placement", "slo")
-    return PlanBinding(kind=kind if kind in known else "other", subject=b.get("subject"), derived=False,
-                       text=str(b.get("text", "")))
+    return PlanBinding(kind=b.kind, subject=b.subject, derived=False, text=b.text)
 
 
 def _ids(ids: list[str]) -> str:
@@ -176,46 +171,44 @@ def derived_bindings(views: tuple[ReplicaView, ...]) -> list[PlanBinding]:
     return out
 
 
-def cost_breakdown(plan: dict) -> CostBreakdown:
-    t = plan.get("totals", {})
-    used = {s.get("node") for r in plan["replicas"] for s in r.get("stages", [])}
-    offers: dict[str, list[dict]] = defaultdict(list)
-    regions: dict[str, list[dict]] = defaultdict(list)
-    for n in plan["nodes"]:
-        offers[n.get("offer", "?")].append(n)
-        regions[n.get("region", "?")].append(n)
-    total = sum(float(n.get("price_per_hour") or 0.0) for n in plan["nodes"])
+def cost_breakdown(plan: PlanDoc) -> CostBreakdown:
+    t = plan.totals
+    used = {s.node for r in plan.replicas for s in r.stages}
+    offers: dict[str, list[PlanNode]] = defaultdict(list)
+    regions: dict[str, list[PlanNode]] = defaultdict(list)
+    for n in plan.nodes:
+        offers[n.offer].append(n)
+        regions[n.region].append(n)
+    total = sum(n.price_per_hour for n in plan.nodes)
 
     def share(p: float) -> float:
         return p / total if total > 0 else 0.0
 
     by_offer = []
     for o, ns in sorted(offers.items()):
-        p = sum(float(n.get("price_per_hour") or 0.0) for n in ns)
+        p = sum(n.price_per_hour for n in ns)
         by_offer.append(OfferCost(
-            offer=o, gpu=ns[0].get("gpu", "?"), region=ns[0].get("region", "?"), cloud=ns[0].get("cloud"),
-            owned=bool(ns[0].get("owned")), nodes=len(ns), gpus=sum(int(n.get("gpus") or 0) for n in ns),
-            price_per_hour=p, share=share(p),
+            offer=o, gpu=ns[0].gpu, region=ns[0].region, cloud=ns[0].cloud, owned=ns[0].owned, nodes=len(ns),
+            gpus=sum(n.gpus for n in ns), price_per_hour=p, share=share(p),
         ))
     by_region = []
     for g, ns in sorted(regions.items()):
-        p = sum(float(n.get("price_per_hour") or 0.0) for n in ns)
-        by_region.append(RegionCost(region=g, nodes=len(ns), gpus=sum(int(n.get("gpus") or 0) for n in ns),
-                                    price_per_hour=p, share=share(p)))
-    budget = t.get("budget_per_hour")
-    price = t.get("price_per_hour", total)
+        p = sum(n.price_per_hour for n in ns)
+        by_region.append(RegionCost(region=g, nodes=len(ns), gpus=sum(n.gpus for n in ns), price_per_hour=p, share=share(p)))
+    budget = t.budget_per_hour
+    price = t.price_per_hour
     return CostBreakdown(
         price_per_hour=price, budget_per_hour=budget, budget_left_per_hour=None if budget is None else budget - price,
-        owned_gpus=sum(int(n.get("gpus") or 0) for n in plan["nodes"] if n.get("owned")),
-        rented_gpus=sum(int(n.get("gpus") or 0) for n in plan["nodes"] if not n.get("owned")),
-        idle_nodes=tuple(sorted(n["id"] for n in plan["nodes"] if n["id"] not in used)),
+        owned_gpus=sum(n.gpus for n in plan.nodes if n.owned),
+        rented_gpus=sum(n.gpus for n in plan.nodes if not n.owned),
+        idle_nodes=tuple(sorted(n.id for n in plan.nodes if n.id not in used)),
         by_offer=tuple(by_offer), by_region=tuple(by_region),
     )
 
 
-def solver_view(plan: dict) -> SolverView:
-    t = plan.get("totals", {})
-    gap, bound = t.get("gap"), t.get("bound")
+def solver_view(plan: PlanDoc) -> SolverView:
+    t = plan.totals
+    gap, bound = t.gap, t.bound
     if bound is None:
         text = "no proven bound: the solver gave none"
     elif gap is not None and gap <= 1e-5:  # plan.json rounds to 6 significant digits: below that is rounding
@@ -224,30 +217,28 @@ def solver_view(plan: dict) -> SolverView:
         pct = "unknown" if gap is None else f"{100 * gap:.3g}%"
         text = f"no plan scores above {bound:.6g}; this one is within {pct} of that bound"
     passes = tuple(
-        PassView(name=p.get("name", "?"), status=str(p.get("status")), objective=p.get("objective"), bound=p.get("bound"),
-                 gap=p.get("gap"), notes=tuple(p.get("notes") or ()))
-        for p in plan.get("passes", [])
+        PassView(name=p.name, status=p.status, objective=p.objective, bound=p.bound, gap=p.gap, notes=p.notes)
+        for p in plan.passes
     )
-    return SolverView(objective=t.get("objective"), objective_value=t.get("objective_value"), bound=bound, gap=gap,
-                      text=text, passes=passes)
+    return SolverView(objective=t.objective, objective_value=t.objective_value, bound=bound, gap=gap, text=text, passes=passes)
 
 
-def workload_views(plan: dict) -> tuple[WorkloadView, ...]:
+def workload_views(plan: PlanDoc) -> tuple[WorkloadView, ...]:
     cap = rates.plan_capacity(plan)
     out = []
-    for w in sorted(plan.get("workloads", []), key=lambda w: w["name"]):
-        name = w["name"]
+    for w in sorted(plan.workloads, key=lambda w: w.name):
+        name = w.name
         out.append(WorkloadView(
-            name=name, model=w.get("model"), demand=w.get("demand"), demand_kind=w.get("demand_kind"),
-            input_tokens=w.get("input_tokens"), output_tokens=w.get("output_tokens"),
-            served_requests_per_s=float(w.get("served_requests_per_s") or 0.0), capacity_requests_per_s=cap.get(name, 0.0),
-            replicas=tuple(sorted(r["id"] for r in plan["replicas"] if rates.weight(plan, name, r["id"]) > rates.EPS)),
+            name=name, model=w.model, demand=w.demand, demand_kind=w.demand_kind,
+            input_tokens=w.input_tokens, output_tokens=w.output_tokens,
+            served_requests_per_s=w.served_requests_per_s, capacity_requests_per_s=cap[name],
+            replicas=tuple(sorted(r.id for r in plan.replicas if rates.weight(plan, name, r.id) > rates.EPS)),
             ttft_s=rates.mean_latency(plan, name, "ttft_s"), tpot_s=rates.mean_latency(plan, name, "tpot_s"),
         ))
     return tuple(out)
 
 
-def notes(plan: dict, views: tuple[ReplicaView, ...], cost: CostBreakdown) -> tuple[str, ...]:
+def notes(plan: PlanDoc, views: tuple[ReplicaView, ...], cost: CostBreakdown) -> tuple[str, ...]:
     out = []
     for v in views:
         if v.utilisation > 1 + 1e-4:  # plan.json rounds to 6 digits; a full replica reads 1.00001
@@ -257,33 +248,32 @@ def notes(plan: dict, views: tuple[ReplicaView, ...], cost: CostBreakdown) -> tu
     if cost.idle_nodes:
         out.append(f"nodes paid for but unused: {', '.join(cost.idle_nodes)}")
     known = set(rates.served(plan))
-    for w in sorted(set(plan.get("routing") or {}) - known):
+    for w in sorted(set(plan.routing) - known):
         out.append(f"routing class {w!r} names no workload of the plan")
     return tuple(out)
 
 
-def explain_plan(plan: dict) -> Explanation:
-    """Why `plan` looks the way it does (a pure function of the plan dict)."""
-    t = plan.get("totals", {})
-    views = tuple(replica_view(plan, r) for r in sorted(plan["replicas"], key=lambda r: r["id"]))
+def explain_plan(plan: PlanDoc) -> Explanation:
+    """Why `plan` looks the way it does (a pure function of the plan document)."""
+    t = plan.totals
+    views = tuple(replica_view(plan, r) for r in sorted(plan.replicas, key=lambda r: r.id))
     cost = cost_breakdown(plan)
     groups: dict[str, list[str]] = defaultdict(list)
     for v in views:
         groups[v.estimate_source].append(v.id)
     return Explanation(
-        plan=str(plan.get("plan")), spec_hash=plan.get("spec_hash"),
-        models=tuple(sorted({m.get("name") for m in plan.get("models", [])} | {r["model"] for r in plan["replicas"]})),
+        plan=plan.plan, spec_hash=plan.spec_hash,
+        models=tuple(sorted({m.name for m in plan.models} | {r.model for r in plan.replicas})),
         summary=Summary(
-            requests_per_s=t.get("requests_per_s"), tokens_per_s=t.get("tokens_per_s"),
-            output_tokens_per_s=t.get("output_tokens_per_s"), price_per_hour=t.get("price_per_hour"),
-            budget_per_hour=t.get("budget_per_hour"), gpus=int(t.get("gpus") or sum(int(n.get("gpus") or 0) for n in plan["nodes"])),
-            nodes=len(plan["nodes"]), replicas=len(views), makespan_s=t.get("makespan_s"),
+            requests_per_s=t.requests_per_s, tokens_per_s=t.tokens_per_s, output_tokens_per_s=t.output_tokens_per_s,
+            price_per_hour=t.price_per_hour, budget_per_hour=t.budget_per_hour,
+            gpus=t.gpus or sum(n.gpus for n in plan.nodes), nodes=len(plan.nodes), replicas=len(views), makespan_s=t.makespan_s,
         ),
-        binding=tuple(parse_binding(b) for b in t.get("binding", [])) + tuple(derived_bindings(views)),
+        binding=tuple(parse_binding(b) for b in t.binding) + tuple(derived_bindings(views)),
         workloads=workload_views(plan), replicas=views, cost=cost, solver=solver_view(plan),
         estimates=tuple(EstimateGroup(source=s, replicas=tuple(ids), text=ESTIMATE_TEXT.get(s, "not described by this version"))
                         for s, ids in sorted(groups.items())),
-        placement=plan.get("placement"),
-        primary_workers=plan.get("primary_workers"),
+        placement=plan.placement,  # typed: json output serializes them as plan.json has them
+        primary_workers=plan.primary_workers,
         notes=notes(plan, views, cost),
     )

@@ -1,6 +1,6 @@
 """The load arithmetic of a plan: routed rates, utilisation, capacity at the planned mix.
 
-Notation (all read from plan.json; r a replica, w a workload, P a plan):
+Notation (all read from plan.json as a `PlanDoc`; r a replica, w a workload, P a plan):
 
     s_w       served requests/s of w            workloads[].served_requests_per_s
     p_{r,w}   routing weight of r in class w    routing[w][r]            (sum_r p_{r,w} = 1)
@@ -25,33 +25,39 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from hetcompile.plan.doc import PlanDoc, PlanNode, PlanReplica, PlanStage, ReplicaWorkload
+
 EPS = 1e-12
 
 
-def weight(plan: dict, w: str, r: str) -> float:
+def weight(plan: PlanDoc, w: str, r: str) -> float:
     """p_{r,w}: 0 when the class does not list the replica."""
-    return float((plan.get("routing") or {}).get(w, {}).get(r, 0.0) or 0.0)
+    row = plan.routing[w] if w in plan.routing else {}
+    return row[r] if r in row else 0.0
 
 
-def served(plan: dict) -> dict[str, float]:
+def served(plan: PlanDoc) -> dict[str, float]:
     """s_w for every workload of the plan."""
-    return {w["name"]: float(w.get("served_requests_per_s") or 0.0) for w in plan.get("workloads", [])}
+    return {w.name: w.served_requests_per_s for w in plan.workloads}
 
 
-def capacity(replica: dict, w: str) -> float | None:
+def estimate(replica: PlanReplica, w: str) -> ReplicaWorkload | None:
+    """The replica's estimate for workload w, None when it has none."""
+    return replica.workloads[w] if w in replica.workloads else None
+
+
+def capacity(replica: PlanReplica, w: str) -> float | None:
     """h_{r,w}, None when the replica has no estimate for w."""
-    e = (replica.get("workloads") or {}).get(w)
-    if not e or e.get("capacity_requests_per_s") is None:
-        return None
-    return float(e["capacity_requests_per_s"])
+    e = estimate(replica, w)
+    return None if e is None else e.capacity_requests_per_s
 
 
-def routed(plan: dict, replica: dict) -> dict[str, float]:
+def routed(plan: PlanDoc, replica: PlanReplica) -> dict[str, float]:
     """x_{r,w} for every workload of the plan (0 where not routed)."""
-    return {w: weight(plan, w, replica["id"]) * s for w, s in sorted(served(plan).items())}
+    return {w: weight(plan, w, replica.id) * s for w, s in sorted(served(plan).items())}
 
 
-def utilisation(plan: dict, replica: dict) -> float:
+def utilisation(plan: PlanDoc, replica: PlanReplica) -> float:
     """U_r; a routed workload without an estimate counts as fully using the replica."""
     u = 0.0
     for w, x in routed(plan, replica).items():
@@ -62,75 +68,77 @@ def utilisation(plan: dict, replica: dict) -> float:
     return u
 
 
-def full_load(plan: dict, replica: dict) -> dict[str, float]:
+def full_load(plan: PlanDoc, replica: PlanReplica) -> dict[str, float]:
     """k_{r,w}: the replica's planned mix scaled to full load (all 0 when it is routed nothing)."""
     x = routed(plan, replica)
     u = utilisation(plan, replica)
     return {w: (v / u if u > EPS else 0.0) for w, v in x.items()}
 
 
-def plan_capacity(plan: dict, replicas: Iterable[dict] | None = None) -> dict[str, float]:
+def plan_capacity(plan: PlanDoc, replicas: Iterable[PlanReplica] | None = None) -> dict[str, float]:
     """K_w(S) for S = `replicas` (default: all of the plan's)."""
     out = {w: 0.0 for w in served(plan)}
-    for r in plan["replicas"] if replicas is None else replicas:
+    for r in plan.replicas if replicas is None else replicas:
         for w, k in full_load(plan, r).items():
             out[w] += k
     return out
 
 
-def stage_work(stage: dict) -> float:
+def stage_work(stage: PlanStage) -> float:
     """l_i = layers / tp (the stand-in when a replica carries no step model)."""
-    s, e = stage.get("layers", [0, 0])
-    return (e - s) / max(int(stage.get("tp") or 1), 1)
+    s, e = stage.layers
+    return (e - s) / max(stage.tp, 1)
 
 
-def stage_times(plan: dict, replica: dict) -> list[float]:
+def stage_times(plan: PlanDoc, replica: PlanReplica) -> list[float]:
     """t_i: seconds of one micro-batch step on each stage, from the replica's step model (the one the
     capacity formula and the simulator use), at its mean workload (the plan's workloads of its model,
     weighted by demand) in the formula's fast mode; layers / tp when the plan carries no step model."""
     from hetcompile.perf.capacity import fluid_capacity
-    from hetcompile.perf.stepmodel import ReplicaModel
 
-    sm = replica.get("step_model")
-    ws = [w for w in plan.get("workloads", []) if w.get("model") == replica.get("model")]
-    total = sum(float(w.get("demand") or 0.0) for w in ws)
-    if not sm or not ws or total <= 0:
-        return [stage_work(s) for s in replica.get("stages", [])]
-    i = sum(float(w["demand"]) * float(w["input_tokens"]) for w in ws) / total
-    o = sum(float(w["demand"]) * float(w["output_tokens"]) for w in ws) / total
-    return list(fluid_capacity(ReplicaModel.model_validate(sm), i, o).stage_times)
+    sm = replica.step_model
+    ws = [w for w in plan.workloads if w.model == replica.model]
+    total = sum(w.demand for w in ws)
+    if sm is None or not ws or total <= 0:
+        return [stage_work(s) for s in replica.stages]
+    i = sum(w.demand * w.input_tokens for w in ws) / total
+    o = sum(w.demand * w.output_tokens for w in ws) / total
+    return list(fluid_capacity(sm, i, o).stage_times)
 
 
-def mean_latency(plan: dict, w: str, key: str) -> float | None:
-    """sum_r p_{r,w} key_{r,w}: the latency a request of w sees on average (ttft_s or tpot_s)."""
+def mean_latency(plan: PlanDoc, w: str, key: str) -> float | None:
+    """sum_r p_{r,w} key_{r,w}: the latency a request of w sees on average (key: ttft_s or tpot_s)."""
     total, seen = 0.0, 0.0
-    for r in plan["replicas"]:
-        p = weight(plan, w, r["id"])
-        v = ((r.get("workloads") or {}).get(w) or {}).get(key)
+    for r in plan.replicas:
+        p = weight(plan, w, r.id)
+        e = estimate(r, w)
+        v = None if e is None else getattr(e, key)
         if p > EPS and v is not None:
-            total += p * float(v)
+            total += p * v
             seen += p
     return total / seen if seen > EPS else None
 
 
-def replica_gpus(replica: dict) -> int:
+def replica_gpus(replica: PlanReplica) -> int:
     """GPUs a replica runs on: TP per stage, summed over stages."""
-    return sum(int(s.get("tp") or 1) for s in replica.get("stages", []))
+    return sum(max(s.tp, 1) for s in replica.stages)
 
 
-def node_index(plan: dict) -> dict[str, dict]:
-    return {n["id"]: n for n in plan.get("nodes", [])}
+def node_index(plan: PlanDoc) -> dict[str, PlanNode]:
+    return {n.id: n for n in plan.nodes}
 
 
-def replica_offers(plan: dict, replica: dict) -> tuple[str, ...]:
+def stage_offer(nodes: dict[str, PlanNode], stage: PlanStage) -> str | None:
+    """The offer of a stage's node, None for a node the plan lacks."""
+    return nodes[stage.node].offer if stage.node in nodes else None
+
+
+def replica_offers(plan: PlanDoc, replica: PlanReplica) -> tuple[str, ...]:
     """The offers of a replica's stage nodes, in stage order ('?' for a node the plan lacks)."""
     nodes = node_index(plan)
-    return tuple(nodes.get(s.get("node"), {}).get("offer", "?") for s in replica.get("stages", []))
+    return tuple(stage_offer(nodes, s) or "?" for s in replica.stages)
 
 
-def replica_price(plan: dict, replica: dict) -> float:
-    """$/h of a replica: its own figure, else the sum of its nodes' prices."""
-    if replica.get("price_per_hour") is not None:
-        return float(replica["price_per_hour"])
-    nodes = node_index(plan)
-    return sum(float(nodes.get(s.get("node"), {}).get("price_per_hour") or 0.0) for s in replica.get("stages", []))
+def replica_price(plan: PlanDoc, replica: PlanReplica) -> float:
+    """$/h of a replica (plan.json carries it per replica: the sum of its nodes' prices)."""
+    return replica.price_per_hour

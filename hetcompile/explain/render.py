@@ -93,9 +93,8 @@ def text(doc: Doc, width: int = 120) -> str:
 def render_explanation(e: Explanation, fmt: Format) -> str | Doc:
     """md/json/dot as text; text as the Doc (the CLI prints it through its own console)."""
     if fmt == "json":
-        out = e.model_dump(mode="json")
-        if out.get("primary_workers") is None:
-            out.pop("primary_workers", None)  # explanations of plans without a selection keep their bytes
+        # explanations of plans without a selection keep their bytes
+        out = e.model_dump(mode="json", exclude={"primary_workers"} if e.primary_workers is None else None)
         return dumps_json(out)
     if fmt == "dot":
         return diagram.dot(e)

@@ -26,6 +26,7 @@ from hetcompile.plan.canon import dumps_yaml, natural_key
 from hetcompile.explain import diff_plans, read_plan
 from hetcompile.explain.model import Migration, Routed, Unit
 from hetcompile.errors import HetcompileError
+from hetcompile.plan.doc import PlanDoc
 from hetcompile.ir.routing import ReplicaWeight, RoutedReplica, RoutingTable
 from hetcompile.migrate.planner import Plans, State, apply
 
@@ -125,12 +126,12 @@ def _table(d: Path) -> RoutingTable:
         raise RolloutError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def plan_names(old: dict, new: dict) -> Names:
+def plan_names(old: PlanDoc, new: PlanDoc) -> Names:
     """migrate's cluster names: `<plan>-<replica id>`, as deploy.sh launched them."""
-    return lambda side, rid: f"{(old if side == 'old' else new)['plan']}-{rid}"
+    return lambda side, rid: f"{(old if side == 'old' else new).plan}-{rid}"
 
 
-def target(old: dict, new: dict, u: Unit, old_dir: Path, new_dir: Path, names: Names | None = None) -> Target:
+def target(old: PlanDoc, new: PlanDoc, u: Unit, old_dir: Path, new_dir: Path, names: Names | None = None) -> Target:
     side, d, rid = ("old", old_dir, u.old) if u.old is not None else ("new", new_dir, u.new)
     cluster = (names or plan_names(old, new))(side, rid)
     return Target(cluster=cluster, side=side, rid=rid, port=_port(_task(d, rid), f"{d}/sky/{rid}.yaml"))
@@ -186,23 +187,22 @@ def rollout_plan(old_dir: Path, new_dir: Path) -> Rollout:
     router = _task(old_dir, "router")
     notes = []
     for u in mig.untouched:
-        if u.old != u.new or old["plan"] != new["plan"]:
-            notes.append(f"{u.label} keeps running as cluster {old['plan']}-{u.old}; the new plan's teardown.sh calls it "
-                         f"{new['plan']}-{u.new}")
-    return rollout_from(old, new, old_dir, new_dir, mig, plan_names(old, new), router_cluster=f"{old['plan']}-router",
+        if u.old != u.new or old.plan != new.plan:
+            notes.append(f"{u.label} keeps running as cluster {old.plan}-{u.old}; the new plan's teardown.sh calls it "
+                         f"{new.plan}-{u.new}")
+    return rollout_from(old, new, old_dir, new_dir, mig, plan_names(old, new), router_cluster=f"{old.plan}-router",
                         router_port=_port(router, f"{old_dir}/sky/router.yaml"), notes=tuple(notes),
                         command=f"hetcompile migrate {old_dir} {new_dir}")
 
 
-def refuse_mixed(old: dict, new: dict) -> None:
-    mixed = [f"old {r['id']}" for r in old["replicas"] if r.get("mixed")] + \
-        [f"new {r['id']}" for r in new["replicas"] if r.get("mixed")]
+def refuse_mixed(old: PlanDoc, new: PlanDoc) -> None:
+    mixed = [f"old {r.id}" for r in old.replicas if r.mixed] + [f"new {r.id}" for r in new.replicas if r.mixed]
     if mixed:  # managed Job Groups: no cluster to `sky launch` / `sky down`, no endpoint from `sky status`
         raise RolloutError(f"migrate does not handle mixed-GPU Job Groups yet ({', '.join(mixed)})",
                            hint="use the plans' deploy.sh / teardown.sh for those plans")
 
 
-def rollout_from(old: dict, new: dict, old_dir: Path, new_dir: Path, mig: Migration, names: Names, *,
+def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: Migration, names: Names, *,
                  router_cluster: str, router_port: int, notes: tuple[str, ...] = (), work: str = "migrate",
                  command: str = "", secrets_dir: Path | None = None, key_extra: str = "") -> Rollout:
     """The Migration `mig` (from `old`, running on the clusters `names` gives, to `new`) as actions."""
@@ -231,7 +231,7 @@ def rollout_from(old: dict, new: dict, old_dir: Path, new_dir: Path, mig: Migrat
                 if t.cluster in clusters(state_before):
                     raise RolloutError(
                         f"step {s.index}: {u.label} would launch as cluster {t.cluster}, which already runs a replica of "
-                        f"the old plan ({old['plan']})", hint="build the new plan with `--previous OLD/plan.json`: "
+                        f"the old plan ({old.plan})", hint="build the new plan with `--previous OLD/plan.json`: "
                         "replica ids (and so cluster names) are then never reused")
                 secrets = sorted((_task(new_dir, t.rid).get("secrets") or {}))
                 argv = ("sky", "launch", "-y", "-d", "-c", t.cluster, f"sky/{t.rid}.yaml",
@@ -254,8 +254,8 @@ def rollout_from(old: dict, new: dict, old_dir: Path, new_dir: Path, mig: Migrat
                                   final=table is new_rt, leaving=tuple(t for t, c, _ in eps if c in later),
                                   port=tu.port if tu is not None and s.action == "drain" else 0))
     task, workdir = reload_paths(work)
-    return Rollout(old_dir=old_dir, new_dir=new_dir, old_plan=old["plan"], new_plan=new["plan"], migration=mig,
+    return Rollout(old_dir=old_dir, new_dir=new_dir, old_plan=old.plan, new_plan=new.plan, migration=mig,
                    router_cluster=router_cluster, router_port=router_port, actions=tuple(actions),
-                   reload_task=reload_task(old["plan"], router_port, workdir), notes=notes, running=before,
+                   reload_task=reload_task(old.plan, router_port, workdir), notes=notes, running=before,
                    incoming=tuple(a.cluster for a in actions if a.kind == "launch"), work=work,
                    secrets_dir=secrets_dir, command=command, key_extra=key_extra)

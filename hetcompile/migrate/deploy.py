@@ -26,6 +26,7 @@ from pathlib import Path
 
 from hetcompile.plan.canon import natural_key
 from hetcompile.explain import read_plan
+from hetcompile.plan.doc import PlanDoc
 from hetcompile.ir.routing import RoutingTable
 from hetcompile.migrate.actions import (
     Action, Rollout, RolloutError, _port, _table, _task, rollout_from,
@@ -47,19 +48,19 @@ class Deployment:
     router_up: bool
 
 
-def _empty_like(plan: dict) -> dict:
+def _empty_like(plan: PlanDoc) -> PlanDoc:
     """The plan of a fleet that runs nothing (a first deploy): no replicas, the new plan's workloads."""
-    return {**plan, "replicas": [], "nodes": []}
+    return plan.model_copy(update={"replicas": (), "nodes": ()})
 
 
 def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
     new = read_plan(out, "plan")
     out = out if out.is_dir() else out.parent
-    mixed = [r["id"] for r in new["replicas"] if r.get("mixed")]
+    mixed = [r.id for r in new.replicas if r.mixed]
     if mixed:
         raise DeployError(f"`hetcompile deploy` does not handle mixed-GPU Job Groups yet ({', '.join(mixed)})",
                            hint=f"{out}/deploy.sh launches such a plan with `sky jobs launch`; {out}/teardown.sh cancels it")
-    name = new["plan"]
+    name = new.plan
     record = Record.load(out)
     if record.plan is not None and record.plan != name and any(True for _ in record.clusters):
         raise DeployError(f"{out} was deployed as plan {record.plan}; this build is plan {name}",
@@ -70,31 +71,31 @@ def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
     applied_dir = out / APPLIED
     old = read_plan(applied_dir, "applied plan") if (applied_dir / "plan.json").exists() else _empty_like(new)
 
-    hashes = {r["id"]: task_hash(out, r["id"]) for r in new["replicas"]}
+    hashes = {r.id: task_hash(out, r.id) for r in new.replicas}
     notes: list[str] = []
     old_cluster: dict[str, str] = {}
     running_old = []
-    for r in old["replicas"]:
-        c = record.applied.get(r["id"])
+    for r in old.replicas:
+        c = record.applied.get(r.id)
         if c is not None and c in up:
-            old_cluster[r["id"]] = c
+            old_cluster[r.id] = c
             running_old.append(r)
         else:
-            notes.append(f"applied {r['id']} ({c or 'no cluster recorded'}) is not running (sky status): launched anew")
-    old = {**old, "replicas": running_old}
+            notes.append(f"applied {r.id} ({c or 'no cluster recorded'}) is not running (sky status): launched anew")
+    old = old.model_copy(update={"replicas": tuple(running_old)})  # a subset of its own, already validated replicas
     old_hash = {rid: record.clusters.get(c, {}).get("hash") for rid, c in old_cluster.items()}
 
-    news = {r["id"]: r for r in new["replicas"]}
+    news = {r.id: r for r in new.replicas}
     untouched, changed, added, removed = [], [], [], []
-    for o in sorted(running_old, key=lambda r: natural_key(r["id"])):
-        n = news.get(o["id"])
-        if n is not None and old_hash[o["id"]] == hashes[n["id"]]:
+    for o in sorted(old.replicas, key=lambda r: natural_key(r.id)):
+        n = news.get(o.id)
+        if n is not None and old_hash[o.id] == hashes[n.id]:
             untouched.append((o, n, False))
         elif n is not None:
             changed.append((o, n))
         else:
             removed.append(o)
-    paired = {n["id"] for _, n, _ in untouched} | {n["id"] for _, n in changed}
+    paired = {n.id for _, n, _ in untouched} | {n.id for _, n in changed}
     added = [n for rid, n in sorted(news.items(), key=lambda kv: natural_key(kv[0])) if rid not in paired]
     mig = plan_migration(old, new, untouched, changed, added, removed)
 
@@ -129,7 +130,7 @@ def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
         # tables reach the running router with `sky exec`; relaunching it would move the endpoint clients use
         notes.append(f"the router's task (sky/router.yaml) changed; {router_cluster} keeps running as launched "
                      f"(to move it: `hetcompile teardown {out}`, then deploy)")
-    if not actions and new["replicas"] and (not router_up or _unfilled(out)):
+    if not actions and new.replicas and (not router_up or _unfilled(out)):
         # the fleet is right but the router is not (never started, gone) or OUT's table was rebuilt:
         # one route step (re)starts it or pushes the plan's table with the running endpoints
         actions.append(_final_route(out, new, clusters, final_running))
@@ -158,12 +159,12 @@ def _unfilled(out: Path) -> bool:
         return True
 
 
-def _final_route(out: Path, new: dict, clusters: dict[str, str], running: tuple[str, ...]) -> Action:
+def _final_route(out: Path, new: PlanDoc, clusters: dict[str, str], running: tuple[str, ...]) -> Action:
     rt: RoutingTable = _table(out)
     eps = tuple((r.id, clusters[r.id], _port(_task(out, r.id), f"{out}/sky/{r.id}.yaml"))
                 for r in sorted(rt.replicas, key=lambda x: natural_key(x.id)))
     table = rt.model_copy(update={"replicas": tuple(r.model_copy(update={"endpoint": None}) for r in rt.replicas)})
-    return Action(1, "route", f"write the plan's routing table ({new['plan']})", None, table=table, endpoints=eps,
+    return Action(1, "route", f"write the plan's routing table ({new.plan})", None, table=table, endpoints=eps,
                   running=running, final=True)
 
 
@@ -220,12 +221,12 @@ def teardown(out: Path, env: dict[str, str], log, warn) -> int:
         plan = read_plan(out, "plan")
     except Exception:  # noqa: BLE001 - a folder whose plan.json is gone still has its record
         plan = None
-    name = record.plan or (plan["plan"] if plan else None)
+    name = record.plan or (plan.plan if plan else None)
     if name is None:
         raise DeployError(f"{out} has neither a deploy record nor a plan.json: nothing says which clusters are its own")
     status = sky_status(out, env)
     mine = set(record.clusters) | {f"{name}-router"} | set(legacy_clusters(name, status, record))
-    mine |= {f"{name}-{r['id']}" for r in (plan or {}).get("replicas", []) if plan and plan["plan"] == name}
+    mine |= {f"{name}-{r.id}" for r in (plan.replicas if plan and plan.plan == name else ())}
     router = f"{name}-router"
     targets = sorted((c for c in mine if c in status), key=lambda c: (c != router, natural_key(c)))
     failed = []

@@ -28,6 +28,7 @@ from hetcompile.plan.canon import natural_key
 from hetcompile.explain import rates
 from hetcompile.explain.doc import money
 from hetcompile.explain.model import Dip, Migration, Routed, Step, StepCapacity, Unit
+from hetcompile.plan.doc import PlanDoc, PlanReplica
 
 TOL = 1e-9
 
@@ -43,14 +44,14 @@ def _key(u: Unit) -> tuple:
 class Plans:
     """Both plans, indexed: a unit's replica, price, GPUs per offer and full-load mix."""
 
-    def __init__(self, old: dict, new: dict):
+    def __init__(self, old: PlanDoc, new: PlanDoc):
         self.old, self.new = old, new
-        self.reps = {"old": {r["id"]: r for r in old["replicas"]}, "new": {r["id"]: r for r in new["replicas"]}}
+        self.reps = {"old": {r.id: r for r in old.replicas}, "new": {r.id: r for r in new.replicas}}
         self.workloads = sorted(set(rates.served(old)) | set(rates.served(new)))
         ko, kn = rates.plan_capacity(old), rates.plan_capacity(new)
         self.target = {w: min(ko.get(w, 0.0), kn.get(w, 0.0)) for w in self.workloads}
 
-    def side(self, u: Unit) -> tuple[dict, dict]:
+    def side(self, u: Unit) -> tuple[PlanDoc, PlanReplica]:
         """(plan, replica) a unit is accounted by: its old replica while it has one."""
         return (self.old, self.reps["old"][u.old]) if u.old is not None else (self.new, self.reps["new"][u.new])
 
@@ -61,9 +62,10 @@ class Plans:
         plan, r = self.side(u)
         nodes = rates.node_index(plan)
         out: dict[str, int] = {}
-        for s in r.get("stages", []):
-            n = nodes.get(s.get("node"), {})
-            out[n.get("offer", "?")] = out.get(n.get("offer", "?"), 0) + int(n.get("gpus") or s.get("tp") or 1)
+        for s in r.stages:
+            n = nodes[s.node] if s.node in nodes else None
+            offer = n.offer if n is not None else "?"
+            out[offer] = out.get(offer, 0) + ((n.gpus if n is not None else 0) or s.tp or 1)
         return out
 
     def mix(self, u: Unit, mix: str) -> dict[str, float]:
@@ -152,7 +154,7 @@ class Replayed:
     capacity: dict[str, float]
 
 
-def replay(old: dict, new: dict, steps: tuple[Step, ...] | list[Step]) -> list[Replayed]:
+def replay(old: PlanDoc, new: PlanDoc, steps: tuple[Step, ...] | list[Step]) -> list[Replayed]:
     """Carry `steps` out from the old plan's replicas; the state after every step.
 
     Recomputes everything from the two plans and the steps' actions alone (not the numbers the
@@ -162,8 +164,8 @@ def replay(old: dict, new: dict, steps: tuple[Step, ...] | list[Step]) -> list[R
     from hetcompile.explain.diff import match  # the same matching the planner used
 
     untouched, changed, _, removed = match(old, new)
-    start = [Unit(old=o["id"], new=n["id"]) for o, n, _ in untouched] + [Unit(old=o["id"]) for o, _ in changed] + \
-        [Unit(old=o["id"]) for o in removed]
+    start = [Unit(old=o.id, new=n.id) for o, n, _ in untouched] + [Unit(old=o.id) for o, _ in changed] + \
+        [Unit(old=o.id) for o in removed]
     state = initial(p, start)
     out = []
     for i, step in enumerate([None, *steps]):
@@ -173,10 +175,10 @@ def replay(old: dict, new: dict, steps: tuple[Step, ...] | list[Step]) -> list[R
     return out
 
 
-def availability(plan: dict) -> dict[str, int]:
+def availability(plan: PlanDoc) -> dict[str, int]:
     """GPUs per offer the compose pass reported as binding (kind 'availability': subject = offer, limit = GPUs)."""
-    return {b["subject"]: int(b["limit"]) for b in plan.get("totals", {}).get("binding", [])
-            if b.get("kind") == "availability" and b.get("subject") and b.get("limit") is not None}
+    return {b.subject: int(b.limit) for b in plan.totals.binding
+            if b.kind == "availability" and b.subject and b.limit is not None}
 
 
 class Planner:
@@ -186,9 +188,9 @@ class Planner:
         self.p, self.keep, self.outgoing, self.incoming = p, keep, outgoing, incoming
         self.state = initial(p, keep + outgoing)
         old_gpus = self.state.gpus(p)
-        budget = p.new.get("totals", {}).get("budget_per_hour")
+        budget = p.new.totals.budget_per_hour
         if budget is None:
-            budget = p.old.get("totals", {}).get("budget_per_hour")
+            budget = p.old.totals.budget_per_hour
         self.old_price = self.state.price(p)
         self.budget = budget
         self.ceiling = None if budget is None else max(float(budget), self.old_price)
@@ -218,10 +220,10 @@ class Planner:
 
     def _describe(self, u: Unit) -> str:
         plan, r = self.p.side(u)
-        st = r.get("stages", [])
-        where = "+".join(dict.fromkeys(s.get("region", "?") for s in st))
-        gpu = "+".join(dict.fromkeys(s.get("gpu", "?") for s in st))
-        return f"{gpu} tp{st[0].get('tp') if st else '?'} pp{len(st)} in {where}, {money(self.p.price(u))}"
+        st = r.stages
+        where = "+".join(dict.fromkeys(s.region for s in st))
+        gpu = "+".join(dict.fromkeys(s.gpu for s in st))
+        return f"{gpu} tp{st[0].tp if st else '?'} pp{len(st)} in {where}, {money(self.p.price(u))}"
 
     def launch(self, u: Unit) -> None:
         self.emit("launch", u, f"launch {u.label} ({self._describe(u)}) and wait until healthy")
@@ -339,12 +341,12 @@ def _route_changes(p: Plans, keep: list[Unit]) -> bool:
     return any(u.old != u.new or canon(p.mix(u, "old")) != canon(p.mix(u, "new")) for u in keep)
 
 
-def plan_migration(old: dict, new: dict, untouched: list, changed: list, added: list, removed: list) -> Migration:
-    """Steps from `old` to `new` given the replica matching of diff.match."""
+def plan_migration(old: PlanDoc, new: PlanDoc, untouched: list, changed: list, added: list, removed: list) -> Migration:
+    """Steps from `old` to `new` given the replica matching of diff.match (PlanReplica tuples)."""
     p = Plans(old, new)
-    keep = [Unit(old=o["id"], new=n["id"]) for o, n, _ in untouched]
-    outgoing = sorted([Unit(old=o["id"]) for o, _ in changed] + [Unit(old=o["id"]) for o in removed], key=_key)
-    incoming = sorted([Unit(new=n["id"]) for _, n in changed] + [Unit(new=n["id"]) for n in added], key=_key)
+    keep = [Unit(old=o.id, new=n.id) for o, n, _ in untouched]
+    outgoing = sorted([Unit(old=o.id) for o, _ in changed] + [Unit(old=o.id) for o in removed], key=_key)
+    incoming = sorted([Unit(new=n.id) for _, n in changed] + [Unit(new=n.id) for n in added], key=_key)
     planner = Planner(p, keep, outgoing, incoming)
     if not outgoing and not incoming and not _route_changes(p, keep):
         return Migration(mode="none", ceiling_per_hour=planner.ceiling, peak_price_per_hour=planner.old_price, checks=(),
