@@ -20,13 +20,15 @@ from hetcompile.plan.canon import canon, dumps_json
 from hetcompile.backends.plan_json import plan_dict
 from hetcompile.cli import app
 from hetcompile.driver import compile_spec
-from hetcompile.explain import diff_plans, explain_plan, replay
+from hetcompile.explain import diff_plans as _diff_plans
+from hetcompile.explain import explain_plan
+from hetcompile.migrate.planner import plan_migration, replay
 from hetcompile.explain import rates
 from hetcompile.explain.load import PlanReadError, check_plan
 from hetcompile.migrate.planner import MigrationError
 from hetcompile.explain.model import ADAPTER, Step, Unit
 from hetcompile.plan.doc import PlanDoc
-from hetcompile.ir.problem import ChainSummary, ModelPlacement
+from hetcompile.plan.doc import ChainSummary, ModelPlacement
 from hetcompile.explain.render import render_diff, render_explanation, text
 
 # the examples this file has goldens for (a new example needs its goldens made on purpose)
@@ -42,6 +44,10 @@ GOLDEN = ROOT / "tests" / "golden" / "explain"
 @lru_cache(maxsize=None)
 def _plan_text(rel: str) -> str:
     return dumps_json(plan_dict(compile_spec(ROOT / rel).ir))
+
+
+def diff_plans(old, new):
+    return _diff_plans(old, new, plan_migration)
 
 
 def plan_of(rel: str) -> PlanDoc:

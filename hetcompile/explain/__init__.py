@@ -3,8 +3,9 @@
 - `load.read_plan`        a plan.json (or OUT directory) -> `PlanDoc`, with a clear error otherwise
 - `rates`                 the load arithmetic shared by everything below (notation there)
 - `explain.explain_plan`  PlanDoc -> `model.Explanation`
-- `diff.diff_plans`       two PlanDocs -> `model.PlanDiff` (with its migration plan)
-- `replay` (from hetcompile.migrate.planner) re-checks a migration's ordered steps
+- `diff.diff_plans`       two PlanDocs -> `model.PlanDiff`, with the migration the planner it is
+                          given orders (hetcompile.migrate.planner.plan_migration: migrate sits
+                          above explain and reuses its matching and models)
 - `render_*`              terminal (rich), markdown with Mermaid, Graphviz DOT
 
 Everything here is a pure function of `PlanDoc`s (hetcompile/plan/doc.py), read by typed field:
@@ -14,6 +15,5 @@ no solver, no catalog, no clock, so the output is byte-stable and goldens can pi
 from hetcompile.explain.diff import diff_plans
 from hetcompile.explain.explain import explain_plan
 from hetcompile.explain.load import PlanReadError, read_plan
-from hetcompile.migrate.planner import replay
 
-__all__ = ["PlanReadError", "diff_plans", "explain_plan", "read_plan", "replay"]
+__all__ = ["PlanReadError", "diff_plans", "explain_plan", "read_plan"]

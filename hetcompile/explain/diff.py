@@ -26,13 +26,13 @@ with itself, or with a rebuild of the same spec, is empty.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from hetcompile.plan.canon import canon, natural_key
 from hetcompile.explain import rates
 from hetcompile.plan.doc import PlanDoc, PlanReplica
-from hetcompile.migrate.planner import plan_migration
 from hetcompile.explain.model import (
-    FieldChange, MetricDelta, NodeRef, OfferDelta, PlanDiff, PlanRef, ReplicaPair, ReplicaRef, WeightShift, WorkloadDelta,
+    FieldChange, MetricDelta, Migration, NodeRef, OfferDelta, PlanDiff, PlanRef, ReplicaPair, ReplicaRef, WeightShift, WorkloadDelta,
 )
 
 METRICS = ("requests_per_s", "tokens_per_s", "output_tokens_per_s", "price_per_hour", "budget_per_hour", "gpus",
@@ -230,8 +230,14 @@ def _models(plan: PlanDoc) -> tuple[str, ...]:
     return tuple(sorted({m.name for m in plan.models} | {r.model for r in plan.replicas}))
 
 
-def diff_plans(old: PlanDoc, new: PlanDoc) -> PlanDiff:
-    """What changes from `old` (running now) to `new` (to roll out), and the steps to get there."""
+# the migration planner (hetcompile.migrate.planner.plan_migration): old, new and the matching
+# (untouched, changed, added, removed) -> ordered steps. Passed in, since migrate sits above explain.
+MigrationPlanner = Callable[[PlanDoc, PlanDoc, list, list, list, list], Migration]
+
+
+def diff_plans(old: PlanDoc, new: PlanDoc, plan_migration: MigrationPlanner) -> PlanDiff:
+    """What changes from `old` (running now) to `new` (to roll out), and the steps to get there
+    (`plan_migration` orders them: hetcompile.migrate.planner.plan_migration)."""
     untouched, changed, added, removed = match(old, new)
     pairs = [(o, n) for o, n, _ in untouched] + changed
     notes = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetcompile.explain.model import Explanation, PlanDiff, Step
-from hetcompile.ir.problem import ModelPlacement, PrimaryWorkers
+from hetcompile.plan.doc import ModelPlacement, PrimaryWorkers
 
 
 @dataclass(frozen=True)

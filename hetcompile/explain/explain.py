@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from hetcompile.explain import rates
 from hetcompile.plan.doc import PlanDoc, PlanNode, PlanReplica
-from hetcompile.ir.problem import Binding
+from hetcompile.plan.doc import Binding
 from hetcompile.explain.model import (
     Bottleneck, CostBreakdown, EstimateGroup, Explanation, OfferCost, PassView, PlanBinding, RegionCost,
     ReplicaLoad, ReplicaView, SolverView, StageView, Summary, WorkloadView,

@@ -28,7 +28,7 @@ from hetcompile.explain.model import Migration, Routed, Unit
 from hetcompile.errors import HetcompileError
 from hetcompile.plan.doc import PlanDoc
 from hetcompile.ir.routing import ReplicaWeight, RoutedReplica, RoutingTable
-from hetcompile.migrate.planner import Plans, State, apply
+from hetcompile.migrate.planner import Plans, State, apply, plan_migration
 
 ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
 # the secrets every replica and the router task take by name (values from the environment)
@@ -183,7 +183,7 @@ def rollout_plan(old_dir: Path, new_dir: Path) -> Rollout:
     old_dir = old_dir if old_dir.is_dir() else old_dir.parent
     new_dir = new_dir if new_dir.is_dir() else new_dir.parent
     refuse_mixed(old, new)
-    mig = diff_plans(old, new).migration
+    mig = diff_plans(old, new, plan_migration).migration
     router = _task(old_dir, "router")
     notes = []
     for u in mig.untouched:
