@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from hetcompile import placement
 from hetcompile.plan.canon import natural_key
@@ -189,31 +189,175 @@ def chain_nodes(pool: dict[str, Node], res: PlacementResult) -> dict[str, Node]:
     return out
 
 
+class _SolveBudget:
+    """The spec's time limit is one wall-clock cap for all of the pass's placement solves: each
+    takes an equal share of what is left (work budgets, not this cap, should end them)."""
+
+    def __init__(self, ir: Problem):
+        s = ir.solver
+        self.opts = SolverOptions(time_limit_s=s.time_limit_s, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed,
+                                  node_limit=s.node_limit)
+        self.limit_s, self.t0 = s.time_limit_s, time.perf_counter()
+        self.left = len(ir.models) * (2 if ir.placement.compare_shared else 1)
+        self.machine_dependent = False  # some solve stopped at its wall-clock share
+
+    def next(self) -> SolverOptions:
+        left = self.limit_s - (time.perf_counter() - self.t0)
+        share = max(0.5, left / max(1, self.left))
+        self.left -= 1
+        return replace(self.opts, time_limit_s=share)
+
+
+class _ReplicaIds:
+    """Replica ids r0, r1, ... in model order. Replanning: a chain on exactly the nodes of a
+    running replica keeps its id; ids the previous plan ran or retired are never reused."""
+
+    def __init__(self, ir: Problem):
+        prev = ir.previous
+        self.replanning = prev is not None
+        self.taken = {pr.id for pr in prev.replicas} if prev else set()
+        self.next_free = prev.next_replica if prev else 0
+        self.running = {(pr.model, tuple(pr.nodes)): pr.id for pr in prev.replicas} if prev else {}
+
+    def fresh(self, used: set[str]) -> str:
+        while f"r{self.next_free}" in self.taken or f"r{self.next_free}" in used:
+            self.next_free += 1
+        self.next_free += 1
+        return f"r{self.next_free - 1}"
+
+    def for_chains(self, model: str, chains: list, placed: list[Replica], compose_reps: Sequence[Replica]) -> dict[str, str]:
+        """chain id -> replica id, were the chains kept (decided before the choice, so ids do not
+        depend on it)."""
+        if not self.replanning:
+            return {c.id: f"r{len(placed) + i}" for i, c in enumerate(chains)}
+        in_use = {r.id for r in placed} | {r.id for r in compose_reps}
+        rid_of = {}
+        for c in chains:
+            same = self.running.get((model, tuple(slice_id(u.unit) for u in c.stages)))
+            rid_of[c.id] = same if same is not None and same not in in_use else self.fresh(in_use)
+            in_use.add(rid_of[c.id])
+        return rid_of
+
+
+@dataclass
+class _Judged:
+    """One model's placement and how it compares with compose's replicas (thetas: seed 003's
+    scale by passes/rates.py; _c compose's replicas and _p the chains by the full mode of their
+    step models, _s compose's replicas by their own estimates: what the single-type plan serves)."""
+
+    pool: list[Node]
+    pp: object
+    res: PlacementResult | None
+    shared: PlacementResult | None
+    chains: list
+    hetis_recs: list
+    rid_of: dict[str, str]
+    full_c: float
+    da_c: float
+    full_p: dict[str, float]
+    ests_p: dict
+    theta_c: float
+    theta_p: float
+    x_p: dict
+    theta_s: float
+    x_s: dict
+    runnable: list[Replica]
+    kept: str
+    why: str
+
+
+def place_model(ir: Problem, m, pool: list[Node], mine: list[Replica], budget: _SolveBudget, ids: _ReplicaIds,
+                placed: list[Replica], replicas: Sequence[Replica]) -> _Judged:
+    """Search one model's chains (and Helix's shared pipelines when compared), apply Hetis
+    selection, and decide whose replicas to keep: the chains only when they serve more by both
+    measures, the model that judged them (theta_c, like for like) and the figure the single-type
+    plan reports (theta_s), so a mixed plan never serves less than the single-type one for the
+    same spec; ties keep compose's replicas."""
+    cfg, opts = ir.placement, budget.opts
+    ws = [w for w in ir.workloads if w.model == m.name]
+    pp = placement_problem(ir, m.name, pool)
+    res = placement.place(pp, mode="chains", objective=cfg.objective, options=budget.next()) if pp.groups else None
+    shared = None
+    if res is not None:
+        verify_result(res, pp)  # raises PassError when networkx's max flow disagrees with the reported flow
+        budget.machine_dependent |= res.machine_dependent
+        if cfg.compare_shared:
+            shared = placement.place(pp, mode="shared", objective=cfg.objective, options=budget.next(),
+                                     partial_inference=cfg.partial_inference)
+            verify_result(shared, pp)
+            budget.machine_dependent |= shared.machine_dependent
+    else:
+        budget.left -= 2 if cfg.compare_shared else 1
+    demand = {w.name: w.demand for w in ws}
+    units_c = compose_units(pp, mine)
+    ests_c = {rid: chain_estimate(ir, pp, u) for rid, u in units_c.items()}
+    theta_c, _ = max_scale({k: dict(e.throughput_rps) for k, e in ests_c.items()}, demand, opts, name="place-rates")
+    da_c = sum(chain_eval(pp, u).capacity for u in units_c.values())
+    full_c = sum(full_tokens_per_s(pp, u) for u in units_c.values())
+    chains = list(res.chains) if res is not None else []
+    # Hetis primary-worker selection (seed 001 §4.1): units adding < delta leave their chain
+    chains, hetis_recs = place_hetis.select_chains(ir, pp, chains, ws, {n.id: n for n in pool}, opts)
+    if any(r.applied for r in hetis_recs):
+        res = place_hetis.result_with(pp, res, chains)
+    rid_of = ids.for_chains(m.name, chains, placed, replicas)
+    ests_p = {rid_of[c.id]: chain_estimate(ir, pp, c.stages) for c in chains}
+    full_p = {c.id: full_tokens_per_s(pp, c.stages) for c in chains}
+    theta_p, x_p = max_scale({k: dict(e.throughput_rps) for k, e in ests_p.items()}, demand, opts, name="place-rates")
+    # every replica except those a measured layer profile rules out
+    runnable = [r for r in mine if not measured_misfit(ir, r)]
+    theta_s, x_s = max_scale({r.id: dict(r.estimate.throughput_rps) for r in runnable}, demand, opts, name="place-rates")
+    kept = "placement" if theta_p > max(theta_c, theta_s) * (1 + 1e-6) else "compose"
+    why = (f"theta {theta_p:.4g} with the chains vs {theta_c:.4g} (compose's replicas, same model) and "
+           f"{theta_s:.4g} (compose's replicas by their own estimates, what single-type serves)")
+    return _Judged(pool, pp, res, shared, chains, hetis_recs, rid_of, full_c, da_c, full_p, ests_p,
+                   theta_c, theta_p, x_p, theta_s, x_s, runnable, kept, why)
+
+
+def chain_replicas(m, j: _Judged) -> tuple[list[Replica], dict[str, Node]]:
+    """The kept chains as replicas, and the nodes (or TP slices) they run on."""
+    pool_by_id = {n.id: n for n in j.pool}
+    reps = []
+    for c in j.chains:
+        stages = tuple(
+            Stage(node=slice_id(u.unit), gpu=pool_by_id[u.node].gpu, region=pool_by_id[u.node].region, tp=u.tp,
+                  layer_start=u.start, layer_end=u.end)
+            for u in c.stages
+        )
+        gpus = "+".join(sorted({s.gpu for s in stages}))
+        rid = j.rid_of[c.id]
+        reps.append(Replica(id=rid, model=m.name, shape=f"{m.name}|chain|{gpus}|tp{c.tp}|pp{c.depth}|{c.id}",
+                            stages=stages, dtype="bfloat16", estimate=j.ests_p[rid]))
+    return reps, chain_nodes(pool_by_id, j.res)
+
+
+def model_summary(ir: Problem, m, j: _Judged) -> ModelPlacement:
+    """What plan.json and plan.md say about one model's placement."""
+    res, shared = j.res, j.shared
+    return ModelPlacement(
+        model=m.name, objective=ir.placement.objective, kept=j.kept, pool_nodes=len(j.pool),
+        pool_gpus=sum(n.gpus for n in j.pool),
+        status="optimal" if res.gap is not None and res.gap <= ir.solver.mip_gap else "feasible",
+        helix_flow=res.helix_flow, depth_aware_capacity=res.depth_aware_capacity, bound=res.bound, gap=res.gap,
+        capacity=sum(j.full_p.values()), compose_capacity=j.full_c,
+        incumbent_source=res.incumbent_source,
+        shared_helix_flow=shared.helix_flow if shared else None,
+        shared_depth_aware_capacity=shared.depth_aware_capacity if shared else None,
+        shared_bound=shared.bound if shared else None, shared_gap=shared.gap if shared else None,
+        compose_depth_aware_capacity=j.da_c, scale_placement=j.theta_p, scale_compose=j.theta_c, scale_single_type=j.theta_s,
+        chains=tuple(
+            ChainSummary(replica=j.rid_of[c.id] if j.kept == "placement" else c.id, depth=c.depth, tp=c.tp,
+                         concurrency=c.concurrency, concurrency_limit=_unit_ref(c.concurrency_limit),
+                         micro_batch=c.micro_batch, capacity_tokens_per_s=j.full_p[c.id],
+                         search_capacity_tokens_per_s=c.capacity, binding=_unit_ref(c.binding),
+                         helix_flow=c.helix_flow, split_nodes=c.split_nodes)
+            for c in j.chains
+        ),
+    )
+
+
 def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, ...], ctx: PassContext) -> Problem:
-    cfg = ir.placement
-    opts = SolverOptions(time_limit_s=ir.solver.time_limit_s, mip_gap=ir.solver.mip_gap, threads=ir.solver.threads,
-                         seed=ir.solver.seed, node_limit=ir.solver.node_limit)
-    # the spec's time limit is one wall-clock cap for all of the pass's placement solves: each
-    # takes an equal share of what is left (work budgets, not this cap, should end them)
-    t0 = time.perf_counter()
-    solves_left = [len(ir.models) * (2 if cfg.compare_shared else 1)]
-
-    def capped_opts() -> SolverOptions:
-        left = ir.solver.time_limit_s - (time.perf_counter() - t0)
-        share = max(0.5, left / max(1, solves_left[0]))
-        solves_left[0] -= 1
-        return replace(opts, time_limit_s=share)
-
-    machine_dependent = False
-    # replanning: ids the previous plan ran or retired are never reused (next_replica and up are free)
-    taken = {pr.id for pr in ir.previous.replicas} if ir.previous else set()
-    next_rid = [ir.previous.next_replica if ir.previous else 0]
-
-    def fresh_rid(used: set[str]) -> str:
-        while f"r{next_rid[0]}" in taken or f"r{next_rid[0]}" in used:
-            next_rid[0] += 1
-        next_rid[0] += 1
-        return f"r{next_rid[0] - 1}"
+    """Per model: place (place_model), keep the chains or compose's replicas, and report both."""
+    budget, ids = _SolveBudget(ir), _ReplicaIds(ir)
     node_by_id = {n.id: n for n in nodes}
     single_model = len({w.model for w in ir.workloads}) == 1
     spare = idle_owned(ir, nodes) if single_model else []
@@ -223,120 +367,46 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
     summaries, notes, primary = [], [], []
     status, objective, bound, gap = "ok", None, None, None
     for m in ir.models:
-        ws = [w for w in ir.workloads if w.model == m.name]
         mine = [r for r in replicas if r.model == m.name]
         pool = [node_by_id[s.node] for r in mine for s in r.stages] + spare
-        pp = placement_problem(ir, m.name, pool)
-        res = placement.place(pp, mode="chains", objective=cfg.objective, options=capped_opts()) if pp.groups else None
-        shared = None
-        if res is not None:
-            verify_result(res, pp)  # raises PassError when networkx's max flow disagrees with the reported flow
-            machine_dependent |= res.machine_dependent
-            if cfg.compare_shared:
-                shared = placement.place(pp, mode="shared", objective=cfg.objective, options=capped_opts(),
-                                         partial_inference=cfg.partial_inference)
-                verify_result(shared, pp)
-                machine_dependent |= shared.machine_dependent
-        else:
-            solves_left[0] -= 2 if cfg.compare_shared else 1
-        demand = {w.name: w.demand for w in ws}
-        units_c = compose_units(pp, mine)
-        ests_c = {rid: chain_estimate(ir, pp, u) for rid, u in units_c.items()}
-        theta_c, _ = max_scale({k: dict(e.throughput_rps) for k, e in ests_c.items()}, demand, opts, name="place-rates")
-        da_c = sum(chain_eval(pp, u).capacity for u in units_c.values())
-        full_c = sum(full_tokens_per_s(pp, u) for u in units_c.values())
-        chains = list(res.chains) if res is not None else []
-        # Hetis primary-worker selection (seed 001 §4.1): units adding < delta leave their chain
-        chains, hetis_recs = place_hetis.select_chains(ir, pp, chains, ws, {n.id: n for n in pool}, opts)
-        if any(r.applied for r in hetis_recs):
-            res = place_hetis.result_with(pp, res, chains)
-        if ir.previous is None:
-            rid_of = {c.id: f"r{len(out) + i}" for i, c in enumerate(chains)}
-        else:  # a chain on exactly the nodes of a running replica keeps its id; any other gets a fresh one
-            in_use = {r.id for r in out} | {r.id for r in replicas}
-            running = {(pr.model, tuple(pr.nodes)): pr.id for pr in ir.previous.replicas}
-            rid_of = {}
-            for c in chains:
-                same = running.get((m.name, tuple(slice_id(u.unit) for u in c.stages)))
-                rid_of[c.id] = same if same is not None and same not in in_use else fresh_rid(in_use)
-                in_use.add(rid_of[c.id])
-        ests_p = {rid_of[c.id]: chain_estimate(ir, pp, c.stages) for c in chains}
-        full_p = {c.id: full_tokens_per_s(pp, c.stages) for c in chains}
-        theta_p, x_p = max_scale({k: dict(e.throughput_rps) for k, e in ests_p.items()}, demand, opts, name="place-rates")
-        # what the single-type plan serves with this model's replicas, by the estimates it reports
-        # (compose's): every replica except those a measured layer profile rules out
-        runnable = [r for r in mine if not measured_misfit(ir, r)]
-        theta_s, x_s = max_scale({r.id: dict(r.estimate.throughput_rps) for r in runnable}, demand, opts, name="place-rates")
-        # the chains replace compose's replicas only when they serve more by both measures: by the
-        # model that judged them (full mode on the chains' step models, like for like: theta_c) and against the figure the
-        # single-type plan reports (theta_s), so a mixed plan never serves less than the
-        # single-type one for the same spec; ties keep compose's replicas
-        kept = "placement" if theta_p > max(theta_c, theta_s) * (1 + 1e-6) else "compose"
-        why = (f"theta {theta_p:.4g} with the chains vs {theta_c:.4g} (compose's replicas, same model) and "
-               f"{theta_s:.4g} (compose's replicas by their own estimates, what single-type serves)")
-        pool_by_id = {n.id: n for n in pool}
-        if kept == "placement":
-            final_nodes.update(chain_nodes(pool_by_id, res))
-            for c in chains:
-                stages = tuple(
-                    Stage(node=slice_id(u.unit), gpu=pool_by_id[u.node].gpu, region=pool_by_id[u.node].region, tp=u.tp,
-                          layer_start=u.start, layer_end=u.end)
-                    for u in c.stages
-                )
-                gpus = "+".join(sorted({s.gpu for s in stages}))
-                rid = rid_of[c.id]
-                out.append(Replica(id=rid, model=m.name, shape=f"{m.name}|chain|{gpus}|tp{c.tp}|pp{c.depth}|{c.id}",
-                                   stages=stages, dtype="bfloat16", estimate=ests_p[rid]))
-            lp[m.name] = (theta_p, x_p)
-            if any(r.applied for r in hetis_recs):  # a plan selection did not change says nothing new
-                primary += place_hetis.to_ir(m.name, cfg.delta, hetis_recs, {c.id: c for c in chains}, rid_of, slice_id)
+        j = place_model(ir, m, pool, mine, budget, ids, out, replicas)
+        if j.kept == "placement":
+            reps, used = chain_replicas(m, j)
+            final_nodes.update(used)
+            out += reps
+            lp[m.name] = (j.theta_p, j.x_p)
+            if any(r.applied for r in j.hetis_recs):  # a plan selection did not change says nothing new
+                primary += place_hetis.to_ir(m.name, ir.placement.delta, j.hetis_recs, {c.id: c for c in j.chains},
+                                             j.rid_of, slice_id)
         else:
             # only replicas that run by the spec's measured layer profiles: keeping the others would
             # emit a stage that holds more layers than fit
-            dropped = sorted({r.id for r in mine} - {r.id for r in runnable})
+            dropped = sorted({r.id for r in mine} - {r.id for r in j.runnable})
             if dropped:
                 notes.append(f"{m.name}: compose's replicas {', '.join(dropped)} hold more layers on a stage than the "
                              "measured layer profiles allow; dropped")
             if ir.previous is None:
-                kept_reps = [r.model_copy(update={"id": f"r{len(out) + i}"}) for i, r in enumerate(runnable)]
+                kept_reps = [r.model_copy(update={"id": f"r{len(out) + i}"}) for i, r in enumerate(j.runnable)]
             else:  # materialize already gave them ids that honour the previous plan
-                kept_reps = list(runnable)
+                kept_reps = list(j.runnable)
             for r in kept_reps:
                 final_nodes.update({s.node: node_by_id[s.node] for s in r.stages})
             out += kept_reps
-            new_id = {r.id: k.id for r, k in zip(runnable, kept_reps)}
-            lp[m.name] = (theta_s, {(new_id[r], w): v for (r, w), v in x_s.items()})
-        if res is None:
+            new_id = {r.id: k.id for r, k in zip(j.runnable, kept_reps)}
+            lp[m.name] = (j.theta_s, {(new_id[r], w): v for (r, w), v in j.x_s.items()})
+        if j.res is None:
             notes.append(f"{m.name}: no pool node holds a layer of it; kept compose's replicas")
             continue
-        summaries.append(ModelPlacement(
-            model=m.name, objective=cfg.objective, kept=kept, pool_nodes=len(pool), pool_gpus=sum(n.gpus for n in pool),
-            status="optimal" if res.gap is not None and res.gap <= ir.solver.mip_gap else "feasible",
-            helix_flow=res.helix_flow, depth_aware_capacity=res.depth_aware_capacity, bound=res.bound, gap=res.gap,
-            capacity=sum(full_p.values()), compose_capacity=full_c,
-            incumbent_source=res.incumbent_source,
-            shared_helix_flow=shared.helix_flow if shared else None,
-            shared_depth_aware_capacity=shared.depth_aware_capacity if shared else None,
-            shared_bound=shared.bound if shared else None, shared_gap=shared.gap if shared else None,
-            compose_depth_aware_capacity=da_c, scale_placement=theta_p, scale_compose=theta_c, scale_single_type=theta_s,
-            chains=tuple(
-                ChainSummary(replica=rid_of[c.id] if kept == "placement" else c.id, depth=c.depth, tp=c.tp,
-                             concurrency=c.concurrency, concurrency_limit=_unit_ref(c.concurrency_limit),
-                             micro_batch=c.micro_batch, capacity_tokens_per_s=full_p[c.id],
-                             search_capacity_tokens_per_s=c.capacity, binding=_unit_ref(c.binding),
-                             helix_flow=c.helix_flow, split_nodes=c.split_nodes)
-                for c in chains
-            ),
-        ))
+        summaries.append(model_summary(ir, m, j))
         notes.append(
-            f"{m.name}: {len(chains)} chains over {len(pool)} pool nodes, {sum(full_p.values()):.1f} tokens/s "
-            f"(search objective, fast mode: {res.depth_aware_capacity:.1f}; compose's replicas: {full_c:.1f}, fast "
-            f"{da_c:.1f}), {why}: kept {kept}'s replicas"
+            f"{m.name}: {len(j.chains)} chains over {len(j.pool)} pool nodes, {sum(j.full_p.values()):.1f} tokens/s "
+            f"(search objective, fast mode: {j.res.depth_aware_capacity:.1f}; compose's replicas: {j.full_c:.1f}, fast "
+            f"{j.da_c:.1f}), {j.why}: kept {j.kept}'s replicas"
         )
-        objective, bound, gap = res.value, res.bound, res.gap
-        if res.gap is None or res.gap > ir.solver.mip_gap:
+        objective, bound, gap = j.res.value, j.res.bound, j.res.gap
+        if j.res.gap is None or j.res.gap > ir.solver.mip_gap:
             status = "feasible"
-    if machine_dependent:
+    if budget.machine_dependent:
         notes.append(f"placement stopped at the wall-clock cap (solver.time_limit {ir.solver.time_limit_s:g} s for all "
                      "placement solves) before its work budgets: this plan may differ on a faster or slower machine")
     report = PassReport(name="place", status=status, time_s=0.0, objective=objective, bound=bound, gap=gap, notes=tuple(notes))
