@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, TypeAdapter, model_validator
 
 from hetcompile.frozen import Frozen
+from hetcompile.plan.doc import ModelPlacement, PrimaryWorkers
 
 SCHEMA_VERSION = 1
 
@@ -191,8 +192,8 @@ class Explanation(Frozen):
     cost: Annotated[CostBreakdown, Field(description="where the money goes")]
     solver: Annotated[SolverView, Field(description="objective, bound and gap")]
     estimates: Annotated[tuple[EstimateGroup, ...], Field(description="where each estimate came from")]
-    placement: Annotated[Any, Field(description="the plan's placement block as plan.json has it (null when absent)")] = None
-    primary_workers: Annotated[Any, Field(
+    placement: Annotated[tuple[ModelPlacement, ...] | None, Field(description="the plan's placement block as plan.json has it (null when absent)")] = None
+    primary_workers: Annotated[tuple[PrimaryWorkers, ...] | None, Field(
         description="Hetis primary-worker selection per replica as plan.json has it: GPUs left out, why, what was done with "
                     "them, and what they would add as attention workers (not deployable on vLLM 0.33); absent when none")] = None
     notes: Annotated[tuple[str, ...], Field(description="anything unusual, in words")]
