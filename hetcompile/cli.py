@@ -65,8 +65,12 @@ def build(
     from hetcompile.backends.emit import write
     from hetcompile.backends.plan_json import plan_doc
     from hetcompile.driver import compile_spec
+    from hetcompile.live import LiveLine
 
     log = (lambda m: None) if quiet else (lambda m: err.print(f"  {m}", markup=False))
+    # on a terminal, a pass running past 2 s shows a live line (pass, elapsed, incumbent, bound, gap)
+    live = LiveLine(sys.stderr) if not quiet and sys.stderr.isatty() else None
+    live_args = dict(log=live.log, status=live.solver, on_pass=live.pass_started) if live else {}
     try:
         from hetcompile.ir import units
 
@@ -76,8 +80,8 @@ def build(
                 raise ValueError(f"a churn penalty must be between 0 and 100%, got {churn_penalty}")
         except ValueError as exc:
             raise HetcompileError(f"--churn-penalty {churn_penalty!r}: {exc}", hint="give a share such as 2% or 0.02") from None
-        res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), log=log, previous=previous,
-                           churn_penalty=churn)
+        res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), previous=previous,
+                           churn_penalty=churn, **{"log": log, **live_args})
         for name, ir in res.dumps.items():
             (output / "ir").mkdir(parents=True, exist_ok=True)
             (output / "ir" / f"{name}.json").write_text(dumps_json(ir.model_dump(mode="json")))
@@ -91,6 +95,9 @@ def build(
     except HetcompileError as exc:
         _fail(exc)
         return
+    finally:
+        if live:
+            live.close()
     if not quiet:
         t = plan_doc(res.ir).totals
         num = lambda x: "-" if x is None else format(x, ".6g")  # noqa: E731

@@ -20,6 +20,8 @@ def compile_spec(
     log: Callable[[str], None] = lambda _: None,
     previous: Path | None = None,
     churn_penalty: float = DEFAULT_CHURN_PENALTY,
+    status: Callable[[str], None] | None = None,
+    on_pass: Callable[[str], None] = lambda _: None,
 ) -> PipelineResult:
     """`previous`: an earlier plan.json to replan against (seed 003 App. M): compose charges every
     replica launched or torn down `churn_penalty` x that plan's objective, and kept replicas keep
@@ -29,5 +31,6 @@ def compile_spec(
         ir = ir.model_copy(update={"previous": previous_plan(read_plan_doc(previous, "previous plan"), churn_penalty)})
     s = ir.solver
     ctx = PassContext(solver=SolverOptions(time_limit_s=s.time_limit_s, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed,
-                                           node_limit=s.node_limit, progress=log), log=log)
+                                           node_limit=s.node_limit, progress=log, status=status),
+                      log=log, on_pass=on_pass)
     return run_pipeline(ir, default_pipeline(), ctx, stop_after=stop_after, dump_after=dump_after)

@@ -36,6 +36,7 @@ from hetcompile.errors import SolverError
 
 Status = Literal["optimal", "feasible", "infeasible", "no-solution", "unbounded"]
 PROGRESS_EVERY_S = 5.0
+STATUS_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,16 @@ class SolverOptions:
     threads: int = 1
     seed: int = 0
     node_limit: int | None = None  # branch-and-bound nodes per MILP: a work budget, the same on every machine
-    # `progress(line)` hears about long solves every PROGRESS_EVERY_S (display only: never changes a result)
+    # display only, never changes a result: `progress(line)` hears about long MIP solves every
+    # PROGRESS_EVERY_S (a log line); `status(line)` every STATUS_EVERY_S and at each step of a
+    # search, what a live status line shows (incumbent, bound, gap), replaced by the next one
     progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    status: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+
+    def tell(self, line: str) -> None:
+        """A status line for the live display, when there is one."""
+        if self.status is not None:
+            self.status(line)
 
 
 @dataclass(frozen=True)
@@ -88,8 +97,9 @@ def _sense(model: pyo.ConcreteModel) -> Literal["min", "max"]:
     return "max" if objs[0].sense == pyo.maximize else "min"
 
 
-def _report_progress(highs, progress: Callable[[str], None], name: str) -> Callable[[], None]:
-    """Every PROGRESS_EVERY_S of a MIP solve, one line: time, nodes, incumbent vs bound gap.
+def _report_progress(highs, options: SolverOptions, name: str) -> Callable[[], None]:
+    """During a MIP solve, one line (time, nodes, incumbent, bound, gap) to `options.status` every
+    STATUS_EVERY_S and to `options.progress` every PROGRESS_EVERY_S.
 
     APPSI captures file descriptors 1 and 2 (and swaps sys.stderr) while HiGHS runs, so the line
     is written with sys.stderr pointed at a duplicate of the real stderr taken before the solve;
@@ -100,19 +110,26 @@ def _report_progress(highs, progress: Callable[[str], None], name: str) -> Calla
         close = real.close
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both OSError and ValueError
         real, close = sys.stderr, (lambda: None)
-    last = [0.0]
+    last = {"status": 0.0, "progress": 0.0}
+    every = {"status": STATUS_EVERY_S, "progress": PROGRESS_EVERY_S}
+    sinks = {k: f for k, f in (("status", options.status), ("progress", options.progress)) if f is not None}
 
     def on_interrupt(event) -> None:
         out = event.data_out
-        if out.running_time - last[0] < PROGRESS_EVERY_S:
+        due = [k for k in sinks if out.running_time - last[k] >= every[k]]
+        if not due:
             return
-        last[0] = out.running_time
-        gap = relative_gap(out.mip_primal_bound, out.mip_dual_bound) if abs(out.mip_primal_bound) < 1e30 else None
+        for k in due:
+            last[k] = out.running_time
+        has = abs(out.mip_primal_bound) < 1e30
+        gap = relative_gap(out.mip_primal_bound, out.mip_dual_bound) if has else None
         line = f"{name}: {out.running_time:.0f} s, {out.mip_node_count} nodes, " + (
-            "no incumbent yet" if gap is None else f"gap {100 * gap:.3g}%")
+            "no incumbent yet" if gap is None else
+            f"incumbent {out.mip_primal_bound:.6g}, bound {out.mip_dual_bound:.6g}, gap {100 * gap:.3g}%")
         saved, sys.stderr = sys.stderr, real
         try:
-            progress(line)
+            for k in due:
+                sinks[k](line)
         finally:
             sys.stderr = saved
 
@@ -137,9 +154,9 @@ def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_s
     start = time.perf_counter()
     close = None
     try:
-        if options.progress is not None:
+        if options.progress is not None or options.status is not None:
             solver.set_instance(model)  # creates the highspy model now, so the callback can be attached
-            close = _report_progress(solver._solver_model, options.progress, name)
+            close = _report_progress(solver._solver_model, options, name)
         res = solver.solve(model)
     except Exception as exc:  # HiGHS/Pyomo internals: report as a solver error with the pass name
         raise SolverError(f"{name}: HiGHS failed: {exc}") from exc

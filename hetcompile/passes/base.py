@@ -24,6 +24,8 @@ class PassContext:
     solver: SolverOptions
     log: Callable[[str], None] = lambda msg: None
     options: dict = field(default_factory=dict)
+    # told each pass's name as it starts ("" when the pipeline ends): the CLI's live status line
+    on_pass: Callable[[str], None] = lambda name: None
 
 
 class Pass:
@@ -68,6 +70,7 @@ def run_pipeline(
                 raise PassError(f"pass {p.name} needs `{req}`, which no earlier pass provided (ran: {', '.join(ran) or 'none'})")
         start = time.perf_counter()
         n_reports = len(ir.reports)
+        ctx.on_pass(p.name)
         try:
             ir = p.run(ir, ctx)
         except HetcompileError:

@@ -193,10 +193,10 @@ class _SolveBudget:
     """The spec's time limit is one wall-clock cap for all of the pass's placement solves: each
     takes an equal share of what is left (work budgets, not this cap, should end them)."""
 
-    def __init__(self, ir: Problem):
-        s = ir.solver
-        self.opts = SolverOptions(time_limit_s=s.time_limit_s, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed,
-                                  node_limit=s.node_limit)
+    def __init__(self, ir: Problem, ctx_solver: SolverOptions):
+        s = ir.solver  # the spec's settings, with the context's display callbacks (progress, status)
+        self.opts = replace(ctx_solver, time_limit_s=s.time_limit_s, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed,
+                            node_limit=s.node_limit)
         self.limit_s, self.t0 = s.time_limit_s, time.perf_counter()
         self.left = len(ir.models) * (2 if ir.placement.compare_shared else 1)
         self.machine_dependent = False  # some solve stopped at its wall-clock share
@@ -357,7 +357,7 @@ def model_summary(ir: Problem, m, j: _Judged) -> ModelPlacement:
 
 def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, ...], ctx: PassContext) -> Problem:
     """Per model: place (place_model), keep the chains or compose's replicas, and report both."""
-    budget, ids = _SolveBudget(ir), _ReplicaIds(ir)
+    budget, ids = _SolveBudget(ir, ctx.solver), _ReplicaIds(ir)
     node_by_id = {n.id: n for n in nodes}
     single_model = len({w.model for w in ir.workloads}) == 1
     spare = idle_owned(ir, nodes) if single_model else []

@@ -20,6 +20,7 @@ The Helix-semantics flow of the result is recomputed by networkx on the chain ed
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from hetcompile.opt.solve import SolverOptions, solve
 from hetcompile.placement import chains_milp
@@ -185,6 +186,20 @@ def polish_full_mode(p: PlacementProblem, chains: list[Chain], search: ChainSear
     return out, used
 
 
+class _Log:
+    """The search's solve records, each also told to the live status line (options.tell)."""
+
+    def __init__(self, name: str, options: SolverOptions):
+        self.name, self.options, self.records = name, options, []
+        self.best = 0.0
+
+    def append(self, rec: SolveRecord) -> None:
+        self.records.append(rec)
+        self.best = max(self.best, rec.objective or 0.0)
+        self.options.tell(f"{self.name} chains: {rec.name} done, incumbent {self.best:.6g}"
+                          + (f", bound {rec.bound:.6g}" if rec.bound is not None else ""))
+
+
 def place_chains(p: PlacementProblem, options: SolverOptions, *, objective: str = "depth-aware") -> PlacementResult:
     t0 = time.perf_counter()
     budget = float(options.time_limit_s)
@@ -194,7 +209,7 @@ def place_chains(p: PlacementProblem, options: SolverOptions, *, objective: str 
     def left() -> float:
         return budget - reserve - (time.perf_counter() - t0)
 
-    solves: list[SolveRecord] = []
+    solves = _Log(p.name, options)
     helix = ChainSearch(p, "helix")
     seeds: dict[str, list[Chain]] = {}
 
@@ -212,8 +227,7 @@ def place_chains(p: PlacementProblem, options: SolverOptions, *, objective: str 
     seeds["greedy"] = opener
 
     best_seed = max(seeds.values(), key=helix.value)
-    mopts = SolverOptions(time_limit_s=max(0.5, 0.4 * left()), mip_gap=options.mip_gap, threads=options.threads,
-                          seed=options.seed, node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
+    mopts = replace(options, time_limit_s=max(0.5, 0.4 * left()), node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
     milp, rec, milp_bound, milp_limit = milp_chains(p, mopts, best_seed, helix,
                                                     max_vars=MILP_MAX_VARS if objective == "depth-aware" else None)
     solves.append(rec)
@@ -269,6 +283,6 @@ def place_chains(p: PlacementProblem, options: SolverOptions, *, objective: str 
     return PlacementResult(
         problem_name=p.name, mode="chains", objective=objective, units=tuple(units), chains=tuple(infos),
         edge_flows=edge_flows(flow), helix_flow=val, depth_aware_capacity=da, bound=bound, gap=gap,
-        incumbent_source=best_name, solves=tuple(solves), time_s=time.perf_counter() - t0, problem=p,
+        incumbent_source=best_name, solves=tuple(solves.records), time_s=time.perf_counter() - t0, problem=p,
         notes=tuple(notes), machine_dependent=work.timed_out or milp_limit == "time",
     )

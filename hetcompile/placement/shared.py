@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from hetcompile.opt.solve import SolverOptions, solve
 from hetcompile.placement import heuristics, milp_nodes
@@ -119,6 +120,11 @@ class _SharedSearch:
 
     def record(self, name: str, status: str, obj: float | None, bnd: float | None, t: float) -> None:
         self.solves.append(SolveRecord(name, status, obj, bnd, _gap(obj or 0.0, bnd), t))
+        if self.options.status is not None:
+            b = None if math.isinf(self.bound) else self.bound
+            gap = _gap(self.inc.value, b)
+            self.options.tell(f"{self.p.name} shared: {name} done, incumbent {self.inc.value:.6g}"
+                              + (f", bound {b:.6g}" if b is not None else "") + (f", gap {100 * gap:.3g}%" if gap is not None else ""))
 
     def open_gap(self) -> bool:
         g = _gap(self.inc.value, self.bound)
@@ -211,8 +217,7 @@ class _SharedSearch:
         if m.nvariables() > MILP_MAX_VARS:
             self.record(name, "skipped", None, None, build_s)
             return
-        opts = SolverOptions(time_limit_s=self.work.seconds_left(), mip_gap=options.mip_gap, threads=options.threads,
-                             seed=options.seed, node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
+        opts = replace(options, time_limit_s=self.work.seconds_left(), node_limit=min(options.node_limit or MILP_NODES, MILP_NODES))
         res = solve(m, opts, name=name, warm_start=warm)
         if res.has_solution:
             if exact_nodes:
