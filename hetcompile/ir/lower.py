@@ -345,6 +345,8 @@ def _spans(spec: Spec, smap: SourceMap, offers: tuple[Offer, ...]) -> tuple:
     if spec.budget is not None:
         add("budget", smap.value(("budget",)))
     add("objective", smap.value(("objective",)))
+    if spec.estimates != "analytic":
+        add("estimates", smap.value(("estimates",)))
     for i, m in enumerate(spec.models):
         add(f"model:{m.name}", smap.value(("models", i, "name")))
     for i, w in enumerate(spec.workloads):

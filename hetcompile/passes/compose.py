@@ -21,6 +21,7 @@ import math
 
 from dataclasses import dataclass, field, replace
 
+from hetcompile.ir import human
 from hetcompile.ir.errors import InfeasibleError
 from hetcompile.ir.problem import Binding, Composition, PassReport, Problem
 from hetcompile.passes.base import Pass, PassContext
@@ -79,7 +80,25 @@ def tables(ir: Problem) -> ComposeTables:
 
 
 def _per_h(x: float) -> str:
-    return f"${x * 3600:.2f}/h"
+    """$/s -> '$7.00/h', '$0.0005/h' (never $0.00/h for a price that is not zero)."""
+    return human.money(x * 3600)
+
+
+def explain_unprofiled_model(ir: Problem, model: str) -> str | None:
+    """Under `estimates: measured-only`, why `model` has no shape: no offered GPU has a profile of it.
+
+    Returns None when some offered GPU does have one (then the model's size is the reason)."""
+    have = sorted({(x.gpu, x.tp, x.pp) for x in ir.measured if x.model == model})
+    offered = {o.gpu for o in ir.offers}
+    if not ir.measured_only or any(g in offered for g, _, _ in have):
+        return None
+    lines = [f"  - {o.id}: no measured profile of {model} on {o.gpu}" for o in ir.offers]
+    elsewhere = ", ".join(f"{g} (tp={t}, pp={d})" for g, t, d in have)
+    return (
+        f"`estimates: measured-only` considers only measured replica shapes, and no offered GPU has a profile "
+        f"of {model}" + (f" (profiles exist for {elsewhere}, which is not offered)" if have else "") + ":\n"
+        + "\n".join(lines)
+    )
 
 
 def explain_unfit_model(ir: Problem, model: str) -> str:
@@ -99,7 +118,7 @@ def explain_unfit_model(ir: Problem, model: str) -> str:
             need = -(-m.arch.layers // best.max_layers)
             why = (
                 f"{best.tp}x {o.gpu} holds at most {best.max_layers} of {m.arch.layers} layers per node, "
-                f"so a replica needs {need} nodes but {nodes} can be had"
+                f"so a replica needs {human.plural(need, 'node')} but {nodes} can be had"
             )
         lines.append(f"  - {o.id}: {why}")
     return (
@@ -196,6 +215,14 @@ def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
             )
     for m in ir.models:
         mine = [s for s in ir.shapes or () if s.model == m.name]
+        unprofiled = None if mine else explain_unprofiled_model(ir, m.name)
+        if unprofiled:
+            gpus = sorted({o.gpu for o in ir.offers})
+            raise InfeasibleError(
+                unprofiled, ir.span("estimates") or ir.span(f"model:{m.name}"),
+                hint=f"measure one (`hetcompile profile ENDPOINT --model {m.name} --gpu {gpus[0]} --tp 1`) and list it "
+                "under `profiles:`, offer a GPU that has a profile, or set `estimates: analytic`",
+            )
         if not mine:
             raise InfeasibleError(
                 explain_unfit_model(ir, m.name),
@@ -214,6 +241,44 @@ def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
                     ir.span("budget"),
                     hint=f"raise `budget` to at least {_per_h(price)} or offer cheaper GPUs",
                 )
+    check_budget_covers_models(ir, t)
+
+
+def _replica_text(s, price: float) -> str:
+    return f"{s.tp * s.pp}x {s.gpu} in {s.region} (tp={s.tp}, pp={s.pp}) at {_per_h(price)}"
+
+
+def check_budget_covers_models(ir: Problem, t: ComposeTables) -> None:
+    """Every workload of the demand mix is served at the same fraction theta, so a plan that serves
+    anything holds at least one replica per model: the cheapest per model, summed, must fit the budget.
+
+    Per model the lower bound is its dearest workload's cheapest serving shape (SLO workloads have
+    shapes of their own). Owned GPUs may be counted once per model, so the sum never overstates."""
+    if t.budget is None or len(ir.models) < 2:
+        return
+    picks = []
+    for m in ir.models:
+        best = None
+        for w in (w for w in ir.workloads if w.model == m.name):
+            serving = [s for s in ir.shapes or () if (s.id, w.name) in t.h]
+            if not serving:
+                return  # check_feasible_inputs / check_slo_inputs explain this one
+            c = min(serving, key=lambda s: (solution_cost({s.id: 1}, t), s.id))
+            price = solution_cost({c.id: 1}, t)
+            if best is None or price > best[1]:
+                best = (c, price)
+        if best is not None:
+            picks.append((m.name, *best))
+    total = sum(p for _, _, p in picks)
+    if total > t.budget * (1 + 1e-9):
+        lines = [f"  - {name}: {_replica_text(s, p)}" for name, s, p in picks]
+        raise InfeasibleError(
+            f"budget {_per_h(t.budget)} cannot pay for one replica of each model, and a plan serves every workload "
+            f"of the demand mix (each at the same fraction): the cheapest replicas together cost {_per_h(total)}:\n"
+            + "\n".join(lines),
+            ir.span("budget"),
+            hint=f"raise `budget` to at least {_per_h(total)}, offer cheaper GPUs, or serve fewer models in this spec",
+        )
 
 
 @dataclass
@@ -250,7 +315,14 @@ def _max_theta(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResu
     if sol is None:
         raise InfeasibleError(f"the composition MILP found no plan ({res.status})", hint="see `hetcompile validate` output")
     if sol.theta <= 0:
-        raise InfeasibleError("no replica can be afforded and placed: the plan would serve nothing")
+        raise InfeasibleError(
+            "no replica can be afforded and placed: the plan would serve nothing"
+            + (f" within budget {_per_h(t.budget)} and the offered availability" if t.budget is not None
+               else " with the offered availability"),
+            ir.span("budget"),
+            hint="raise `budget` or offer more nodes: every model needs at least one replica, and every workload is "
+            "served at the same fraction of its demand",
+        )
     # second stage: the cheapest plan that keeps theta (ties in theta otherwise pick arbitrary extras)
     # and, when replanning, no more churn than the first stage chose
     churn_max = float(sol.churn) if t.previous is not None else None
