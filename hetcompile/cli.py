@@ -14,6 +14,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
+from hetcompile.ir import human
 from hetcompile import __version__
 from hetcompile.ir.errors import HetcompileError
 
@@ -93,15 +94,15 @@ def build(
         return
     if not quiet:
         t = plan_doc(res.ir).totals
-        num = lambda x: "-" if x is None else format(x, ".6g")  # noqa: E731
-        gap = "-" if t.gap is None else f"{100 * t.gap:.3g}%"
+        num = lambda x: human.number(x, 6)  # noqa: E731
         out.print(
-            f"plan {res.ir.name}: {len(res.ir.replicas)} replicas on {t.gpus} GPUs, "
-            f"{t.requests_per_s:.4g} req/s, {t.tokens_per_s:.4g} tokens/s, ${t.price_per_hour:.2f}/h "
-            f"(objective {num(t.objective_value)} {t.objective_unit}, bound {num(t.bound)}, gap {gap})"
+            f"plan {res.ir.name}: {human.plural(len(res.ir.replicas), 'replica')} on {human.plural(t.gpus, 'GPU')}, "
+            f"{human.number(t.requests_per_s)} req/s, {human.number(t.tokens_per_s)} tokens/s, {human.money(t.price_per_hour)} "
+            f"(objective {num(t.objective_value)} {t.objective_unit}, bound {num(t.bound)}, gap {human.percent(t.gap)})",
+            markup=False,
         )
         for b in t.binding:
-            out.print(f"  binds: {b.text}")
+            out.print(f"  binds: {b.text}", markup=False)
         compose = next((p for p in res.ir.reports if p.name == "compose"), None)
         for note in compose.notes if compose and previous is not None else ():
             if note.startswith(("replanning", "stability")):
@@ -160,7 +161,7 @@ def explain(
     if isinstance(result, str):
         sys.stdout.write(result)
     else:
-        out.print(Group(*rich_renderables(result)))
+        out.print(Group(*rich_renderables(result, out.width)))
 
 
 def _durations(health_timeout: str, drain: str) -> tuple[float, float]:
@@ -175,7 +176,7 @@ def _durations(health_timeout: str, drain: str) -> tuple[float, float]:
 def _dry_run(ro, head: str, timeout_s: float) -> None:
     from hetcompile.migrate.gaps import capacity_gaps, gap_text
 
-    out.print(f"{head}: {ro.migration.mode}, {len(ro.actions)} step(s) (dry run)", markup=False)
+    out.print(f"{head}: {ro.migration.mode}, {human.plural(len(ro.actions), 'step')} (dry run)", markup=False)
     for note in ro.notes:
         out.print(f"  note: {note}", markup=False)
     for a in ro.actions:
@@ -433,7 +434,7 @@ def simulate(
     target.write_text(dumps_json(doc.model_dump(mode="json")))
     from rich.console import Group
 
-    out.print(Group(*rich_renderables(Doc(f"simulation of {plan.plan}", (), (simulation_section(doc),)))))
+    out.print(Group(*rich_renderables(Doc(f"simulation of {plan.plan}", (), (simulation_section(doc),)), out.width)))
     _print_tail_advice(plan, doc)
     err.print(f"wrote {target}")
 

@@ -17,6 +17,7 @@ Bottleneck of a chain, from the per-workload `binding` the profile pass records
 
 from __future__ import annotations
 
+from hetcompile.ir import human
 from collections import defaultdict
 
 from hetcompile.explain import rates
@@ -62,7 +63,7 @@ def bottleneck(replica: dict, binding: str | None, work: list[float] | None = No
         hops = _hops(replica)
         cross = sorted({h for h in hops if h.split("->")[0] != h.split("->")[1]})
         where = f"cross-region {', '.join(cross)}" if cross else "inside the region"
-        text = (f"the pipeline round trip: {len(st)} stages and {len(hops)} hop(s) ({where}) with C/{len(st)} "
+        text = (f"the pipeline round trip: {len(st)} stages and {human.plural(len(hops), 'hop')} ({where}) with C/{len(st)} "
                 "sequences per micro-batch; fewer stages or faster links would raise it") if hops else \
             "the round trip of the single stage"
         return Bottleneck(kind="hops", hops=hops, text=text)
@@ -219,10 +220,10 @@ def solver_view(plan: dict) -> SolverView:
     if bound is None:
         text = "no proven bound: the solver gave none"
     elif gap is not None and gap <= 1e-5:  # plan.json rounds to 6 significant digits: below that is rounding
-        text = f"proven optimal: no plan within the spec's limits scores above {bound:.6g}"
+        text = f"proven optimal: no plan within the spec's limits scores above {human.number(bound, 6)}"
     else:
         pct = "unknown" if gap is None else f"{100 * gap:.3g}%"
-        text = f"no plan scores above {bound:.6g}; this one is within {pct} of that bound"
+        text = f"no plan scores above {human.number(bound, 6)}; this one is within {pct} of that bound"
     passes = tuple(
         PassView(name=p.get("name", "?"), status=str(p.get("status")), objective=p.get("objective"), bound=p.get("bound"),
                  gap=p.get("gap"), notes=tuple(p.get("notes") or ()))
@@ -251,7 +252,7 @@ def notes(plan: dict, views: tuple[ReplicaView, ...], cost: CostBreakdown) -> tu
     out = []
     for v in views:
         if v.utilisation > 1 + 1e-4:  # plan.json rounds to 6 digits; a full replica reads 1.00001
-            out.append(f"{v.id} is routed {v.utilisation:.3g}x its capacity: it will queue")
+            out.append(f"{v.id} is routed {human.number(v.utilisation, 3)}x its capacity: it will queue")
         elif v.utilisation <= rates.EPS:
             out.append(f"{v.id} is routed no traffic")
     if cost.idle_nodes:

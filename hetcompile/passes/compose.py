@@ -343,9 +343,9 @@ def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveRes
             res, paid = _max_theta(ir, t, opts)
             what = "owned GPUs" if not any(p <= 0 for p in t.price.values()) else "GPUs at $0/h (owned or priced 0)"
             notes.append(
-                f"{what} alone serve {free.theta:.4g}x the demand mix at $0/h: throughput per dollar is unbounded "
+                f"{what} alone serve {human.number(free.theta)}x the demand mix at $0/h: throughput per dollar is unbounded "
                 f"there and any paid GPU lowers it, so the plan uses only those (max-throughput would serve "
-                f"{paid.theta:.4g}x for {_per_h(paid.cost)})"
+                f"{human.number(paid.theta)}x for {_per_h(paid.cost)})"
             )
             return res0, free, notes, (None, None)
     res, sol = _max_theta(ir, t, opts)
@@ -358,7 +358,7 @@ def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveRes
         r2, s2 = _solve(t, opts, f"compose/dinkelbach-{it}", "dinkelbach", q=q)
         last = r2
         if s2 is None or s2.cost <= 0 or s2.theta / s2.cost <= q * (1 + 1e-9):
-            notes.append(f"dinkelbach converged after {it + 1} solves at {q / 3600:.6g} x demand per $/h")
+            notes.append(f"dinkelbach converged after {it + 1} solves at {human.number(q / 3600, 6)} x demand per $/h")
             break
         res, sol, q = r2, s2, s2.theta / s2.cost
     # every k copies of the most efficient replicas share the ratio q*: take the largest such plan
@@ -392,7 +392,7 @@ def drop_idle(sol: ComposeSolution, t: ComposeTables) -> tuple[ComposeSolution, 
     if not dropped:
         return sol, []
     sol = replace(sol, y=y, cost=solution_cost(y, t), churn=solution_churn(y, t))
-    return sol, [f"replanning: dropped {n} replica(s) of {c} kept from the previous plan: routed nothing, they would cost "
+    return sol, [f"replanning: dropped {human.plural(n, 'replica')} of {c} kept from the previous plan: routed nothing, they would cost "
                  f"{_per_h(saved)} for no throughput" for c, n, saved in dropped]
 
 
@@ -415,7 +415,7 @@ def churn_notes(ir: Problem, t: ComposeTables, sol: ComposeSolution, opts: Solve
         else:
             lost = max(0.0, 1.0 - sol.theta / best.theta) if best.theta > 0 else 0.0
             lost = 0.0 if lost < 1e-5 else lost  # the second stage keeps theta within THETA_KEEP
-            out.append(f"stability gives up {100 * lost:.3g}% throughput: {sol.theta:.4g}x vs {best.theta:.4g}x of the demand mix "
+            out.append(f"stability gives up {human.number(100 * lost, 3)}% throughput: {human.number(sol.theta)}x vs {human.number(best.theta)}x of the demand mix "
                        f"without the penalty ({solution_churn(best.y, t)} changes)")
     return out
 
@@ -436,7 +436,7 @@ def binding_constraints(ir: Problem, t: ComposeTables, sol: ComposeSolution) -> 
         smallest = min((t.shape_gpus[c] for c in used_shapes if t.shape_offer[c] == o), default=None)
         if smallest is not None and t.avail[o] - used < smallest:
             out.append(Binding(kind="availability", subject=o, used=used, limit=t.avail[o], unit="GPUs",
-                               text=f"availability: {o} uses {used} of {t.avail[o]} GPUs"))
+                               text=f"availability: {o} uses {used} of {human.plural(t.avail[o], 'GPU')}"))
     if ir.objective == "min-cost":
         out.append(Binding(kind="demand", used=1.0, limit=1.0, unit="x demand",
                            text="demand: every workload rate is met at least cost"))
@@ -479,7 +479,7 @@ class Compose(Pass):
                 if best is not None:
                     raise InfeasibleError(
                         f"the workload rates cannot be met: the best plan within budget and availability serves "
-                        f"{best.theta:.3g}x the demanded rates",
+                        f"{human.number(best.theta, 3)}x the demanded rates",
                         ir.span("budget") or ir.span("objective"),
                         hint="raise `budget`, offer more GPUs, or lower the workload rates",
                     )

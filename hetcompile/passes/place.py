@@ -24,6 +24,7 @@ flow is re-checked with networkx (`PlacementResult.verify`).
 
 from __future__ import annotations
 
+from hetcompile.ir import human
 import re
 import time
 from collections.abc import Sequence
@@ -277,8 +278,8 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
         # single-type plan reports (theta_s), so a mixed plan never serves less than the
         # single-type one for the same spec; ties keep compose's replicas
         kept = "placement" if theta_p > max(theta_c, theta_s) * (1 + 1e-6) else "compose"
-        why = (f"theta {theta_p:.4g} with the chains vs {theta_c:.4g} (compose's replicas, same model) and "
-               f"{theta_s:.4g} (compose's replicas by their own estimates, what single-type serves)")
+        why = (f"theta {human.number(theta_p)} with the chains vs {human.number(theta_c)} (compose's replicas, same model) and "
+               f"{human.number(theta_s)} (compose's replicas by their own estimates, what single-type serves)")
         pool_by_id = {n.id: n for n in pool}
         if kept == "placement":
             final_nodes.update(chain_nodes(pool_by_id, res))
@@ -334,9 +335,9 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
             ),
         ))
         notes.append(
-            f"{m.name}: {len(chains)} chains over {len(pool)} pool nodes, {sum(full_p.values()):.1f} tokens/s "
-            f"(search objective, fast mode: {res.depth_aware_capacity:.1f}; compose's replicas: {full_c:.1f}, fast "
-            f"{da_c:.1f}), {why}: kept {kept}'s replicas"
+            f"{m.name}: {human.plural(len(chains), 'chain')} over {human.plural(len(pool), 'pool node')}, {human.number(sum(full_p.values()))} tokens/s "
+            f"(search objective, fast mode: {human.number(res.depth_aware_capacity)}; compose's replicas: {human.number(full_c)}, fast "
+            f"{human.number(da_c)}), {why}: kept {kept}'s replicas"
         )
         objective, bound, gap = res.value, res.bound, res.gap
         if res.gap is None or res.gap > ir.solver.mip_gap:
@@ -372,7 +373,7 @@ def _composition(ir: Problem, reps: list[Replica], lp: dict[str, tuple[float, di
     for r in reps:
         counts[r.shape] = counts.get(r.shape, 0) + 1
     binding = (*comp.binding, Binding(kind="placement", used=scale, limit=None, unit="x demand",
-                                      text=f"placement: {len(reps)} replicas serve {scale:.4g}x the demand mix (compose: {comp.scale:.4g}x)"))
+                                      text=f"placement: {human.plural(len(reps), 'replica')} serve {human.number(scale)}x the demand mix (compose: {human.number(comp.scale)}x)"))
     return comp.model_copy(update={"counts": tuple(sorted(counts.items())), "rates": tuple(rates), "scale": scale, "binding": binding})
 
 
