@@ -79,6 +79,7 @@ def build(
             raise HetcompileError(f"--churn-penalty {churn_penalty!r}: {exc}", hint="give a share such as 2% or 0.02") from None
         res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), log=log, previous=previous,
                            churn_penalty=churn)
+        _print_warnings(res.ir.warnings)
         for name, ir in res.dumps.items():
             (output / "ir").mkdir(parents=True, exist_ok=True)
             (output / "ir" / f"{name}.json").write_text(dumps_json(ir.model_dump(mode="json")))
@@ -110,6 +111,12 @@ def build(
         out.print(f"wrote {len(files)} files to {output}/ (plan.md explains the plan)")
 
 
+def _print_warnings(warnings: tuple[str, ...]) -> None:
+    """Defaults the spec relies on (a catalog price): on stderr, also under --quiet."""
+    for w in warnings:
+        err.print(f"warning: {w}", markup=False, soft_wrap=True)
+
+
 @app.command()
 def validate(spec: Path = typer.Argument(..., help="spec.yaml")) -> None:
     """Check SPEC (keys, units, names) without solving."""
@@ -120,7 +127,9 @@ def validate(spec: Path = typer.Argument(..., help="spec.yaml")) -> None:
     except HetcompileError as exc:
         _fail(exc)
         return
-    out.print(f"{spec}: ok ({len(ir.models)} models, {len(ir.workloads)} workloads, {len(ir.offers)} offers)")
+    _print_warnings(ir.warnings)
+    out.print(f"{spec}: ok ({human.plural(len(ir.models), 'model')}, {human.plural(len(ir.workloads), 'workload')}, "
+              f"{human.plural(len(ir.offers), 'offer')})")
 
 
 @app.command()

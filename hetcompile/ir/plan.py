@@ -76,6 +76,15 @@ class PlanNode(_Doc):
     price_per_hour: Annotated[float, Field(description="$/h for the rented GPUs")]
 
 
+class PlanPrice(_Doc):
+    offer: Annotated[str, Field(description="'<region>/<GPU>x<gpus per node>'")]
+    gpu: str
+    region: str
+    cloud: str
+    price_per_gpu_hour: Annotated[float, Field(description="$ per GPU-hour the plan was costed with")]
+    source: Annotated[str, Field(description="'spec', or 'catalog default (<source>, checked <date>)'")]
+
+
 class PlanStage(_Doc):
     node: NodeId
     gpu: str
@@ -169,3 +178,5 @@ class PlanDoc(_Doc):
                           "as attention workers (absent when selection changed nothing)"),
     ] = None
     next_replica: Annotated[int, Field(ge=0, le=999_999_999, description="replica ids r0 .. r{next_replica-1} are taken, in this plan or earlier ones")]
+    prices: Annotated[tuple[PlanPrice, ...], Field(description="every offer's price and where it came from")] = ()
+    warnings: Annotated[tuple[str, ...], Field(description="what the spec left to defaults ('file:line:col: text')")] = ()

@@ -82,6 +82,8 @@ class Offer(Frozen):
     owned_nodes: int
     price_per_gpu_s: Annotated[float, Field(ge=0, description="$ per GPU-second")]
     spot: bool = False
+    price_source: Annotated[str, Field(description="where the price came from: 'spec', or 'catalog default (<source>, "
+                                                   "checked <date>)' when the spec gave none")] = "spec"
 
     @property
     def max_gpus(self) -> int:
@@ -396,6 +398,9 @@ class Problem(Frozen):
     placement: PlacementConfig = PlacementConfig()
     spans: tuple[tuple[str, str, int, int, str], ...] = Field(
         default=(), description="(key, file, line, col, text) of spec places later errors point at"
+    )
+    warnings: tuple[str, ...] = Field(
+        default=(), description="'file:line:col: text' of what the spec leaves to defaults a person should know of"
     )
     # pass products
     perf: tuple[PerfEntry, ...] | None = None
