@@ -73,7 +73,7 @@ def test_all_owned_offer_needs_no_price_warning(tmp_path) -> None:
 @pytest.mark.parametrize("cloud, region, gpu, ok", [
     ("gcp", "us-central1", "L4", True), ("gcp", "us-central1", "A10G", False), ("aws", "us-east-1", "A10G", True),
     ("lambda", "us-east-1", "A6000", True),  # Lambda spells it A6000, SkyPilot's sky_name is RTXA6000
-    ("kubernetes", "anything", "A10G", True), ("runpod", "US", "L40S", True), ("gcp", "us-east1", "L40S", False),
+    ("kubernetes", "anything", "A10G", True), ("runpod", "US", "L40S", True), ("vast", "x", "A100-80GB", True), ("gcp", "us-east1", "L40S", False),
 ])
 def test_cloud_table(cloud: str, region: str, gpu: str, ok: bool) -> None:
     from hetcompile.perf import catalog

@@ -160,6 +160,7 @@ def plan_doc(ir: Problem) -> PlanDoc:
         prices=tuple(PlanPrice(offer=o.id, gpu=o.gpu, region=o.region, cloud=o.cloud, price_per_gpu_hour=o.price_per_gpu_s * 3600,
                                source=o.price_source) for o in ir.offers),
         warnings=tuple(_relative_warning(w) for w in ir.warnings),
+        what_it_would_take=ir.composition.what_if,
     )
 
 
@@ -175,6 +176,8 @@ def plan_dict(ir: Problem) -> dict:
     out = plan_doc(ir).model_dump(mode="json")
     if out.get("primary_workers") is None:
         out.pop("primary_workers", None)  # plans selection did not change keep their bytes
+    if out.get("what_it_would_take") is None:
+        out.pop("what_it_would_take", None)
     return out
 
 

@@ -263,6 +263,12 @@ def notes(plan: dict, views: tuple[ReplicaView, ...], cost: CostBreakdown) -> tu
     return tuple(out)
 
 
+def what_it_would_take(plan: dict) -> tuple[str, ...]:
+    """plan.json's what_it_would_take block as lines: its sentences, then one per marginal."""
+    wt = plan.get("what_it_would_take") or {}
+    return tuple(str(x) for x in wt.get("text") or ()) + tuple(str(m.get("text")) for m in wt.get("marginals") or ())
+
+
 def explain_plan(plan: dict) -> Explanation:
     """Why `plan` looks the way it does (a pure function of the plan dict)."""
     t = plan.get("totals", {})
@@ -287,4 +293,5 @@ def explain_plan(plan: dict) -> Explanation:
         placement=plan.get("placement"),
         primary_workers=plan.get("primary_workers"),
         notes=notes(plan, views, cost),
+        what_it_would_take=what_it_would_take(plan),
     )

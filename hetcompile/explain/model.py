@@ -196,6 +196,9 @@ class Explanation(_Frozen):
         description="Hetis primary-worker selection per replica as plan.json has it: GPUs left out, why, what was done with "
                     "them, and what they would add as attention workers (not deployable on vLLM 0.33); absent when none")] = None
     notes: Annotated[tuple[str, ...], Field(description="anything unusual, in words")]
+    what_it_would_take: Annotated[tuple[str, ...], Field(
+        description="the budget that serves the whole demand and what one more step of each binding constraint buys "
+                    "(plan.json what_it_would_take, in words); empty when the plan has none")] = ()
 
 
 # --------------------------------------------------------------------------- diff

@@ -66,4 +66,8 @@ def plural(n: float, word: str, many: str | None = None) -> str:
 
 def percent(x: float | None, sig: int = 3) -> str:
     """A fraction as a percentage: 0.1332 -> '13.3%'."""
-    return "-" if x is None else _fixed(100 * x, sig) + "%"
+    if x is None:
+        return "-"
+    if x != 0 and abs(100 * x) < 1e-4:  # solver tolerances (a gap of 3e-14): not a figure to read
+        return "<0.0001%" if x > 0 else "-<0.0001%"
+    return _fixed(100 * x, sig) + "%"

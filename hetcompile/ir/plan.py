@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetcompile.ir.names import Name, NodeId, PlanName, ReplicaId
-from hetcompile.ir.problem import Binding, ModelPlacement, PrimaryWorkers
+from hetcompile.ir.problem import Binding, ModelPlacement, PrimaryWorkers, WhatItWouldTake
 from hetcompile.perf.stepmodel import ReplicaModel
 
 PLAN_FORMAT = "hetcompile-plan/1"
@@ -180,3 +180,8 @@ class PlanDoc(_Doc):
     next_replica: Annotated[int, Field(ge=0, le=999_999_999, description="replica ids r0 .. r{next_replica-1} are taken, in this plan or earlier ones")]
     prices: Annotated[tuple[PlanPrice, ...], Field(description="every offer's price and where it came from")] = ()
     warnings: Annotated[tuple[str, ...], Field(description="what the spec left to defaults ('file:line:col: text')")] = ()
+    what_it_would_take: Annotated[
+        WhatItWouldTake | None,
+        Field(description="max-throughput with rates: the least $/h that serves the whole demand, and what one more "
+                          "step of each binding constraint buys (compose re-solves)"),
+    ] = None

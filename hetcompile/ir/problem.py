@@ -224,6 +224,31 @@ class Binding(Frozen):
     text: Annotated[str, Field(description="the same, in words")]
 
 
+class Marginal(Frozen):
+    """What relaxing one binding constraint by one step buys (a re-solve of compose, not a dual)."""
+
+    kind: Annotated[Literal["budget", "availability"], Field(description="the constraint relaxed")]
+    subject: Annotated[str | None, Field(description="the offer id for availability")] = None
+    step: Annotated[str, Field(description="the relaxation, in words: '+$4.40/h budget', '+1 node of <offer>'")]
+    step_per_hour: Annotated[float | None, Field(description="$/h the step adds to the budget (budget only)")] = None
+    scale_delta: Annotated[float, Field(description="change of theta (x the demand mix)")]
+    requests_per_s_delta: Annotated[float | None, Field(description="change of served req/s (workloads with rates)")] = None
+    text: str
+
+
+class WhatItWouldTake(Frozen):
+    """compose's what-if re-solves: the budget that serves the whole demand, and marginal values."""
+
+    full_demand_price_per_hour: Annotated[float | None, Field(
+        description="least $/h of a plan that meets every workload rate (min-cost re-solve without the budget); "
+                    "None when availability cannot meet it")] = None
+    max_scale_without_budget: Annotated[float | None, Field(
+        description="theta the offered GPUs reach with no budget (when they cannot meet every rate)")] = None
+    marginals: tuple[Marginal, ...] = ()
+    solves: Annotated[int, Field(description="re-solves made (bounded)")] = 0
+    text: tuple[str, ...] = ()
+
+
 class Composition(Frozen):
     """compose: how many replicas of each shape, and what share of each workload they take."""
 
@@ -232,6 +257,7 @@ class Composition(Frozen):
     scale: Annotated[float, Field(description="theta: multiple of the demand mix served")]
     objective: str
     binding: tuple[Binding, ...] = Field(description="constraints that bind the plan")
+    what_if: Annotated[WhatItWouldTake | None, Field(description="what more budget or GPUs would buy")] = None
 
 
 class Node(Frozen):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from hetcompile.ir import human
 from hetcompile.ir.errors import InfeasibleError
 from hetcompile.ir.problem import Binding, Composition, PassReport, Problem
+from hetcompile.passes import compose_whatif
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes.compose_model import (
     ComposeSolution,
@@ -499,12 +500,19 @@ class Compose(Pass):
             sol, idle = drop_idle(sol, t)
             notes += idle
             notes += churn_notes(ir, t, sol, run)
+        binding = binding_constraints(ir, t, sol)
+        what_if = None
+        if compose_whatif.applies(ir):
+            what_if = compose_whatif.analyse(ir, t, sol, binding, lambda tt, name, obj: _solve(tt, run, name, obj)[1])
+            binding = compose_whatif.bindings_from_marginals(
+                binding, what_if, sol.cost * 3600, t.budget * 3600 if t.budget is not None else None)
         comp = Composition(
             counts=tuple((c, n) for c, n in sorted(sol.y.items()) if n > 0),
             rates=tuple((c, w, round(v, 9)) for (c, w), v in sorted(sol.r.items()) if v > 1e-9 and sol.y[c] > 0),
             scale=sol.theta,
             objective=ir.objective,
-            binding=binding_constraints(ir, t, sol),
+            binding=binding,
+            what_if=what_if,
         )
         notes += run.notes()
         objective, bound = reported_objective(ir, t, res, ratio if ir.objective == "max-throughput-per-dollar" else None)

@@ -373,7 +373,7 @@ def _composition(ir: Problem, reps: list[Replica], lp: dict[str, tuple[float, di
     for r in reps:
         counts[r.shape] = counts.get(r.shape, 0) + 1
     binding = (*comp.binding, Binding(kind="placement", used=scale, limit=None, unit="x demand",
-                                      text=f"placement: {human.plural(len(reps), 'replica')} serve {human.number(scale)}x the demand mix (compose: {human.number(comp.scale)}x)"))
+                                      text=f"placement: {human.plural(len(reps), 'replica')} {'serves' if len(reps) == 1 else 'serve'} {human.number(scale)}x the demand mix (compose: {human.number(comp.scale)}x)"))
     return comp.model_copy(update={"counts": tuple(sorted(counts.items())), "rates": tuple(rates), "scale": scale, "binding": binding})
 
 

@@ -1,9 +1,9 @@
 """What each cloud sells: GPU types and region names (data/clouds.yaml, a snapshot of SkyPilot's
 catalog), and the check lowering runs on every offer.
 
-`check_region(cloud, region)` and `check_gpu(cloud, spellings)` return None when the cloud sells
-it (or the cloud is not in the table: kubernetes, ssh), else a `Refusal` with the message and a
-did-you-mean; lowering turns it into a located SpecError.
+`check_region(cloud, region)` and `check_gpu(cloud, gpu, spellings)` return None when the cloud
+sells it (or the cloud is not checked: kubernetes, ssh, marketplaces), else a `Refusal` with the
+message and a did-you-mean; lowering turns it into a located SpecError.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def check_region(cloud: str, region: str) -> Refusal | None:
 def check_gpu(cloud: str, gpu: str, spellings: list[str]) -> Refusal | None:
     """`gpu` (hetcompile's name) with every spelling of it (aliases, SkyPilot name) on `cloud`."""
     c = _cloud(cloud)
-    if c is None:
+    if c is None or c.get("marketplace"):
         return None
     sold = [str(a) for a in c.get("accelerators") or []]
     low = {s.lower() for s in [gpu, *spellings]}
