@@ -80,3 +80,37 @@ def test_budget_binds_when_more_budget_buys_more() -> None:
     had = (Binding(kind="budget", used=9.5, limit=10.0, unit="$/h", text="budget: no further replica fits"),)
     out = bindings_from_marginals(had, WhatItWouldTake(marginals=(none,)), 9.5, 10.0)
     assert len(out) == 1 and "alone buys nothing" in out[0].text
+
+
+# --------------------------------------------------------------------------- alternatives (item 1)
+
+
+def test_frontier_marks_this_plan_and_is_pareto(tmp) -> None:
+    plan = json.loads(_build(BUDGET_LIMITED, tmp)["plan.json"])
+    front = plan["alternatives"]["frontier"]
+    mine = [q for q in front if q["this_plan"]]
+    assert len(mine) == 1 and mine[0]["price_per_hour"] == pytest.approx(plan["totals"]["price_per_hour"], abs=0.005)
+    assert mine[0]["scale"] == pytest.approx(plan["totals"]["scale"], rel=1e-4)
+    assert 4 <= len(front) <= 7  # bounded sweep: 5 budget factors + the full-demand budget + this plan
+    # more budget never serves less, and the full-demand budget's point serves all of it
+    by_budget = sorted(front, key=lambda q: q["budget_per_hour"])
+    assert all(a["scale"] <= b["scale"] + 1e-6 for a, b in zip(by_budget, by_budget[1:]))
+    full = plan["what_it_would_take"]["full_demand_price_per_hour"]
+    assert any(abs(q["budget_per_hour"] - full) < 0.01 and q["scale"] >= 1 - 1e-6 for q in front)
+    for q in front:  # a point marked on the frontier is beaten by no other on both axes
+        if q["pareto"]:
+            assert not any(o["price_per_hour"] <= q["price_per_hour"] and o["scale"] > q["scale"] * (1 + 1e-6) for o in front)
+    md = _build(BUDGET_LIMITED, tmp)["plan.md"]
+    assert "## Alternatives" in md and "**this plan**" in md
+
+
+def test_runners_up_each_say_why_they_lost() -> None:
+    plan = json.loads((ROOT / "tests/golden/quickstart/plan.json").read_text())
+    runners = plan["alternatives"]["runners_up"]
+    assert 1 <= len(runners) <= 3
+    for r in runners:
+        assert r["scale"] <= plan["totals"]["scale"] + 1e-6  # compose's plan is optimal: a runner-up never serves more
+        assert r["text"].startswith("without ") and ("less" in r["text"] or "as much for" in r["text"] or "ties" in r["text"])
+    # the L4 pipelines' runner-up trades throughput for latency, and says so
+    l4 = next(r for r in runners if "L4" in r["without"] and "pp2" in r["without"])
+    assert "mean TPOT" in l4["text"] and l4["tpot_s"] < next(q for q in plan["alternatives"]["frontier"] if q["this_plan"])["tpot_s"]

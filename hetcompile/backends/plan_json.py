@@ -161,6 +161,7 @@ def plan_doc(ir: Problem) -> PlanDoc:
                                source=o.price_source) for o in ir.offers),
         warnings=tuple(_relative_warning(w) for w in ir.warnings),
         what_it_would_take=ir.composition.what_if,
+        alternatives=ir.composition.alternatives,
     )
 
 
@@ -176,8 +177,9 @@ def plan_dict(ir: Problem) -> dict:
     out = plan_doc(ir).model_dump(mode="json")
     if out.get("primary_workers") is None:
         out.pop("primary_workers", None)  # plans selection did not change keep their bytes
-    if out.get("what_it_would_take") is None:
-        out.pop("what_it_would_take", None)
+    for key in ("what_it_would_take", "alternatives"):
+        if out.get(key) is None:
+            out.pop(key, None)  # plans without them keep their bytes
     return out
 
 

@@ -132,6 +132,8 @@ def explanation_doc(e: Explanation) -> Doc:
         Section("What binds", tuple(binds)),
         *([Section("What it would take", tuple(e.what_it_would_take[:1]) + tuple(f"- {x}" for x in e.what_it_would_take[1:]))]
           if e.what_it_would_take else []),
+        *([Section("Alternatives (compose's budget sweep and runners-up)", tuple(f"- {x}" for x in e.alternatives))]
+          if e.alternatives else []),
         Section("Replicas", (replicas,
                              "busy = U_r, the share of the replica's time the plan's served rates use "
                              "(sum over workloads of routed / capacity).")),

@@ -269,6 +269,20 @@ def what_it_would_take(plan: dict) -> tuple[str, ...]:
     return tuple(str(x) for x in wt.get("text") or ()) + tuple(str(m.get("text")) for m in wt.get("marginals") or ())
 
 
+def alternatives(plan: dict) -> tuple[str, ...]:
+    """plan.json's alternatives block as lines: one per frontier point, then the runners-up."""
+    alt = plan.get("alternatives") or {}
+    out = []
+    for q in alt.get("frontier") or ():
+        tpot = f", mean TPOT {1e3 * q['tpot_s']:.0f} ms" if q.get("tpot_s") is not None else ""
+        mark = " **(this plan)**" if q.get("this_plan") else ""
+        front = "" if q.get("pareto", True) else " (dominated)"
+        out.append(f"budget {human.money(q['budget_per_hour'])}: {human.money(q['price_per_hour'])}, "
+                   f"{human.number(q['requests_per_s'])} req/s ({human.percent(q['scale'])} of the demand){tpot}{mark}{front}")
+    out += [f"runner-up {r['text']}" for r in alt.get("runners_up") or ()]
+    return tuple(out)
+
+
 def explain_plan(plan: dict) -> Explanation:
     """Why `plan` looks the way it does (a pure function of the plan dict)."""
     t = plan.get("totals", {})
@@ -294,4 +308,5 @@ def explain_plan(plan: dict) -> Explanation:
         primary_workers=plan.get("primary_workers"),
         notes=notes(plan, views, cost),
         what_it_would_take=what_it_would_take(plan),
+        alternatives=alternatives(plan),
     )

@@ -199,6 +199,9 @@ class Explanation(_Frozen):
     what_it_would_take: Annotated[tuple[str, ...], Field(
         description="the budget that serves the whole demand and what one more step of each binding constraint buys "
                     "(plan.json what_it_would_take, in words); empty when the plan has none")] = ()
+    alternatives: Annotated[tuple[str, ...], Field(
+        description="the cost vs served-demand frontier of compose's budget sweep (this plan marked) and the runners-up "
+                    "with why each lost (plan.json alternatives, in words); empty when the plan has none")] = ()
 
 
 # --------------------------------------------------------------------------- diff

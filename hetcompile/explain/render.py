@@ -139,8 +139,9 @@ def render_explanation(e: Explanation, fmt: Format) -> str | Doc:
         out = e.model_dump(mode="json")
         if out.get("primary_workers") is None:
             out.pop("primary_workers", None)  # explanations of plans without a selection keep their bytes
-        if not out.get("what_it_would_take"):
-            out.pop("what_it_would_take", None)
+        for key in ("what_it_would_take", "alternatives"):
+            if not out.get(key):
+                out.pop(key, None)
         return dumps_json(out)
     if fmt == "dot":
         return diagram.dot(e)

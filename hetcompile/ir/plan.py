@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetcompile.ir.names import Name, NodeId, PlanName, ReplicaId
-from hetcompile.ir.problem import Binding, ModelPlacement, PrimaryWorkers, WhatItWouldTake
+from hetcompile.ir.problem import Alternatives, Binding, ModelPlacement, PrimaryWorkers, WhatItWouldTake
 from hetcompile.perf.stepmodel import ReplicaModel
 
 PLAN_FORMAT = "hetcompile-plan/1"
@@ -184,4 +184,9 @@ class PlanDoc(_Doc):
         WhatItWouldTake | None,
         Field(description="max-throughput with rates: the least $/h that serves the whole demand, and what one more "
                           "step of each binding constraint buys (compose re-solves)"),
+    ] = None
+    alternatives: Annotated[
+        Alternatives | None,
+        Field(description="max-throughput under a budget: the cost vs demand frontier of a budget sweep (this plan marked) "
+                          "and the best plans without each shape this plan uses (compose re-solves)"),
     ] = None

@@ -249,6 +249,35 @@ class WhatItWouldTake(Frozen):
     text: tuple[str, ...] = ()
 
 
+class FrontierPoint(Frozen):
+    """One plan of compose's budget sweep: the best at that budget (max theta, then least cost)."""
+
+    budget_per_hour: Annotated[float, Field(description="the budget B_k it was solved at")]
+    price_per_hour: Annotated[float, Field(description="what that plan costs")]
+    scale: Annotated[float, Field(description="theta: x the demand mix served")]
+    requests_per_s: Annotated[float, Field(description="theta x total demand")]
+    tpot_s: Annotated[float | None, Field(description="rate-weighted mean TPOT of its replicas")] = None
+    this_plan: Annotated[bool, Field(description="the emitted plan's composition")] = False
+    pareto: Annotated[bool, Field(description="no other point serves more for no more $/h")] = True
+
+
+class RunnerUp(Frozen):
+    """The best plan without one of the shapes this plan uses, and why it lost."""
+
+    without: Annotated[str, Field(description="the shape id left out")]
+    label: str
+    price_per_hour: float | None = None
+    scale: float
+    requests_per_s: float
+    tpot_s: float | None = None
+    text: Annotated[str, Field(description="the runner-up and the one reason it lost, in words")]
+
+
+class Alternatives(Frozen):
+    frontier: tuple[FrontierPoint, ...] = ()
+    runners_up: tuple[RunnerUp, ...] = ()
+
+
 class Composition(Frozen):
     """compose: how many replicas of each shape, and what share of each workload they take."""
 
@@ -258,6 +287,7 @@ class Composition(Frozen):
     objective: str
     binding: tuple[Binding, ...] = Field(description="constraints that bind the plan")
     what_if: Annotated[WhatItWouldTake | None, Field(description="what more budget or GPUs would buy")] = None
+    alternatives: Annotated[Alternatives | None, Field(description="the frontier and runners-up compose weighed")] = None
 
 
 class Node(Frozen):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from hetcompile.ir import human
 from hetcompile.ir.errors import InfeasibleError
 from hetcompile.ir.problem import Binding, Composition, PassReport, Problem
-from hetcompile.passes import compose_whatif
+from hetcompile.passes import compose_alternatives, compose_whatif
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes.compose_model import (
     ComposeSolution,
@@ -506,6 +506,11 @@ class Compose(Pass):
             what_if = compose_whatif.analyse(ir, t, sol, binding, lambda tt, name, obj: _solve(tt, run, name, obj)[1])
             binding = compose_whatif.bindings_from_marginals(
                 binding, what_if, sol.cost * 3600, t.budget * 3600 if t.budget is not None else None)
+        alternatives = None
+        if compose_alternatives.applies(ir):
+            alternatives = compose_alternatives.analyse(
+                ir, t, sol, lambda tt, name, obj, **kw: _solve(tt, run, name, obj, **kw)[1],
+                what_if.full_demand_price_per_hour if what_if is not None else None)
         comp = Composition(
             counts=tuple((c, n) for c, n in sorted(sol.y.items()) if n > 0),
             rates=tuple((c, w, round(v, 9)) for (c, w), v in sorted(sol.r.items()) if v > 1e-9 and sol.y[c] > 0),
@@ -513,6 +518,7 @@ class Compose(Pass):
             objective=ir.objective,
             binding=binding,
             what_if=what_if,
+            alternatives=alternatives,
         )
         notes += run.notes()
         objective, bound = reported_objective(ir, t, res, ratio if ir.objective == "max-throughput-per-dollar" else None)
