@@ -89,7 +89,9 @@ def build(
             path.write_text(dumps_json(res.ir.model_dump(mode="json")))
             out.print(f"stopped after {res.stopped_after}: IR in {path}")
             return
-        files = write(res.ir, output)
+        from hetcompile.explain.pictures import pictures
+
+        files = write(res.ir, output, pictures)
     except HetcompileError as exc:
         _fail(exc)
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Callable
 
 from hetcompile.backends import deploy, skypilot, vllm
 from hetcompile.backends.canon import dumps_json
@@ -14,10 +15,17 @@ from hetcompile.ir.errors import BackendError
 from hetcompile.ir.problem import Problem
 
 
-def artifacts(ir: Problem) -> dict[str, str]:
-    """Relative path -> file text, for every artifact; pure, so tests can compare without disk."""
+Pictures = Callable[[dict], dict[str, str]]  # plan.json dict -> {"plan.md": block, "charts/x.svg": svg}
+
+
+def artifacts(ir: Problem, pictures: Pictures | None = None) -> dict[str, str]:
+    """Relative path -> file text, for every artifact; pure, so tests can compare without disk.
+    `pictures` (explain/pictures.py, passed in by the CLI: backends sit below explain) adds the
+    Mermaid diagram to plan.md and the SVG charts it links."""
     plan = plan_dict(ir)
-    files: dict[str, str] = {"plan.json": dumps_json(plan), "plan.md": plan_md(plan)}
+    extra = dict(pictures(plan)) if pictures is not None else {}
+    files: dict[str, str] = {"plan.json": dumps_json(plan), "plan.md": plan_md(plan, extra.pop("plan.md", ""))}
+    files.update(extra)
     for r in ir.replicas:
         scripts = vllm.node_scripts(ir, r)
         for s in scripts:
@@ -50,10 +58,10 @@ def stale(out: Path, files: dict[str, str]) -> list[Path]:
     return old
 
 
-def write(ir: Problem, out: Path) -> list[Path]:
+def write(ir: Problem, out: Path, pictures: Pictures | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    files = artifacts(ir)
+    files = artifacts(ir, pictures)
     for path in stale(out, files):
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     for rel, text in files.items():

@@ -38,7 +38,8 @@ def summary(plan: dict) -> str:
     return f"{_f(t['requests_per_s'])} requests/s within budget and availability."
 
 
-def plan_md(plan: dict) -> str:
+def plan_md(plan: dict, pictures: str = "") -> str:
+    """`pictures`: a markdown block (explain/pictures.py) placed after the summary and what binds."""
     p = canon(plan)
     return render("plan.md.j2", p=p, t=p["totals"], summary=summary(p), f=_f, f2=_f2, pct=_pct, n=human.plural,
-                  money=human.money)
+                  money=human.money, pictures=pictures)
