@@ -53,7 +53,7 @@ def build(
     output: Path = typer.Option(Path("out"), "-o", "--output", help="output directory"),
     stop_after: Optional[str] = typer.Option(None, "--stop-after", help="stop after this pass and dump its IR"),
     dump_after: List[str] = typer.Option([], "--dump-after", help="write OUT/ir/<pass>.json after this pass"),
-    quiet: bool = typer.Option(False, "-q", "--quiet", help="only errors"),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="no pass log, progress line or summary: errors and warnings only"),
     previous: Optional[Path] = typer.Option(
         None, "--previous", help="replan against OLD/plan.json: prefer keeping its running replicas"
     ),
@@ -77,8 +77,15 @@ def build(
                 raise ValueError(f"a churn penalty must be between 0 and 100%, got {churn_penalty}")
         except ValueError as exc:
             raise HetcompileError(f"--churn-penalty {churn_penalty!r}: {exc}", hint="give a share such as 2% or 0.02") from None
-        res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), log=log, previous=previous,
-                           churn_penalty=churn)
+        from hetcompile.passes.progress import ProgressLine
+
+        live = None if quiet else ProgressLine(sys.stderr)  # draws only when stderr is a terminal
+        try:
+            res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), log=log, previous=previous,
+                               churn_penalty=churn, progress=live)
+        finally:
+            if live is not None:
+                live.close()
         _print_warnings(res.ir.warnings)
         for name, ir in res.dumps.items():
             (output / "ir").mkdir(parents=True, exist_ok=True)

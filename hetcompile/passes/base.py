@@ -14,6 +14,7 @@ from typing import Callable, ClassVar
 
 from hetcompile.ir.errors import HetcompileError, PassError
 from hetcompile.ir.problem import PassReport, Problem
+from hetcompile.passes.progress import ProgressLine
 from hetcompile.passes.solve import SolverOptions
 
 
@@ -24,6 +25,8 @@ class PassContext:
     solver: SolverOptions
     log: Callable[[str], None] = lambda msg: None
     options: dict = field(default_factory=dict)
+    # the live stderr line of long passes (passes/progress.py); display only
+    progress: ProgressLine | None = None
 
 
 class Pass:
@@ -68,12 +71,17 @@ def run_pipeline(
                 raise PassError(f"pass {p.name} needs `{req}`, which no earlier pass provided (ran: {', '.join(ran) or 'none'})")
         start = time.perf_counter()
         n_reports = len(ir.reports)
+        if ctx.progress is not None:
+            ctx.progress.start(p.name)
         try:
             ir = p.run(ir, ctx)
         except HetcompileError:
             raise
         except Exception as exc:  # a bug: name the pass and what ran before it
             raise PassError(f"pass {p.name} crashed after {', '.join(ran) or 'no passes'}: {exc!r}") from exc
+        finally:
+            if ctx.progress is not None:
+                ctx.progress.stop()
         elapsed = time.perf_counter() - start
         if len(ir.reports) == n_reports:
             ir = add_report(ir, PassReport(name=p.name, status="ok", time_s=elapsed))
