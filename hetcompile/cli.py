@@ -113,6 +113,9 @@ def build(
         )
         for b in t.binding:
             out.print(f"  binds: {b.text}", markup=False)
+        what_if = res.ir.composition.what_if if res.ir.composition is not None else None
+        for line in (what_if.text if what_if is not None else ()):
+            out.print(f"  takes: {line}", markup=False)
         compose = next((p for p in res.ir.reports if p.name == "compose"), None)
         for note in compose.notes if compose and previous is not None else ():
             if note.startswith(("replanning", "stability")):

@@ -114,3 +114,17 @@ def test_runners_up_each_say_why_they_lost() -> None:
     # the L4 pipelines' runner-up trades throughput for latency, and says so
     l4 = next(r for r in runners if "L4" in r["without"] and "pp2" in r["without"])
     assert "mean TPOT" in l4["text"] and l4["tpot_s"] < next(q for q in plan["alternatives"]["frontier"] if q["this_plan"])["tpot_s"]
+
+
+def test_build_line_states_what_all_demand_takes(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(BUDGET_LIMITED)
+    proc = subprocess.run([sys.executable, "-m", "hetcompile.cli", "build", str(spec), "-o", str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "  binds: budget:" in proc.stdout
+    assert re.search(r"  takes: Serving 100% of the demand .* takes \$\d+\.\d\d/h at least, above the \$40\.00/h budget",
+                     proc.stdout)
