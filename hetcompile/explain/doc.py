@@ -116,9 +116,9 @@ def explanation_doc(e: Explanation) -> Doc:
         f"{money(c.price_per_hour)}" + (f" of {money(c.budget_per_hour)} budget ({money(c.budget_left_per_hour)} left)"
                                          if c.budget_per_hour is not None else " (no budget)")
         + f"; {human.plural(c.rented_gpus, 'rented GPU')}, {c.owned_gpus} owned (free per hour).",
-        _table(("offer", "GPU", "region", "cloud", "owned", "nodes", "GPUs", "$/h", "share"),
+        _table(("offer", "GPU", "region", "cloud", "owned", "nodes", "GPUs", "$/h", "share", "price from"),
                [(o.offer, o.gpu, o.region, o.cloud or "-", "yes" if o.owned else "no", o.nodes, o.gpus,
-                 _usd(o.price_per_hour), pct(o.share)) for o in c.by_offer]),
+                 _usd(o.price_per_hour), pct(o.share), o.price_source or "-") for o in c.by_offer]),
         _table(("region", "nodes", "GPUs", "$/h", "share"),
                [(g.region, g.nodes, g.gpus, _usd(g.price_per_hour), pct(g.share)) for g in c.by_region]),
     ]

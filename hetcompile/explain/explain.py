@@ -190,13 +190,14 @@ def cost_breakdown(plan: dict) -> CostBreakdown:
     def share(p: float) -> float:
         return p / total if total > 0 else 0.0
 
+    sources = {q.get("offer"): q.get("source") for q in plan.get("prices") or ()}
     by_offer = []
     for o, ns in sorted(offers.items()):
         p = sum(float(n.get("price_per_hour") or 0.0) for n in ns)
         by_offer.append(OfferCost(
             offer=o, gpu=ns[0].get("gpu", "?"), region=ns[0].get("region", "?"), cloud=ns[0].get("cloud"),
             owned=bool(ns[0].get("owned")), nodes=len(ns), gpus=sum(int(n.get("gpus") or 0) for n in ns),
-            price_per_hour=p, share=share(p),
+            price_per_hour=p, share=share(p), price_source=sources.get(o),
         ))
     by_region = []
     for g, ns in sorted(regions.items()):

@@ -105,6 +105,8 @@ class OfferCost(_Frozen):
     gpus: Annotated[int, Field(description="GPUs used")]
     price_per_hour: Annotated[float, Field(description="$/h")]
     share: Annotated[float, Field(description="fraction of the plan's $/h")]
+    price_source: Annotated[str | None, Field(description="where the offer's price came from (plan.json prices): "
+                                                          "'spec' or 'catalog default (..., checked DATE)'")] = None
 
 
 class RegionCost(_Frozen):
