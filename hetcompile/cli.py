@@ -14,6 +14,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
+from hetcompile.ir import human
 from hetcompile import __version__
 from hetcompile.errors import HetcompileError
 
@@ -52,7 +53,7 @@ def build(
     output: Path = typer.Option(Path("out"), "-o", "--output", help="output directory"),
     stop_after: Optional[str] = typer.Option(None, "--stop-after", help="stop after this pass and dump its IR"),
     dump_after: List[str] = typer.Option([], "--dump-after", help="write OUT/ir/<pass>.json after this pass"),
-    quiet: bool = typer.Option(False, "-q", "--quiet", help="only errors"),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="no pass log, progress line or summary: errors and warnings only"),
     previous: Optional[Path] = typer.Option(
         None, "--previous", help="replan against OLD/plan.json: prefer keeping its running replicas"
     ),
@@ -82,6 +83,10 @@ def build(
             raise HetcompileError(f"--churn-penalty {churn_penalty!r}: {exc}", hint="give a share such as 2% or 0.02") from None
         res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), previous=previous,
                            churn_penalty=churn, **{"log": log, **live_args})
+        if live:  # the passes are done; what follows prints its own lines
+            live.close()
+            live = None
+        _print_warnings(res.ir.warnings)
         for name, ir in res.dumps.items():
             (output / "ir").mkdir(parents=True, exist_ok=True)
             (output / "ir" / f"{name}.json").write_text(dumps_json(ir.model_dump(mode="json")))
@@ -91,7 +96,9 @@ def build(
             path.write_text(dumps_json(res.ir.model_dump(mode="json")))
             out.print(f"stopped after {res.stopped_after}: IR in {path}")
             return
-        files = write(res.ir, output)
+        from hetcompile.explain.pictures import pictures
+
+        files = write(res.ir, output, pictures)
     except HetcompileError as exc:
         _fail(exc)
         return
@@ -100,20 +107,29 @@ def build(
             live.close()
     if not quiet:
         t = plan_doc(res.ir).totals
-        num = lambda x: "-" if x is None else format(x, ".6g")  # noqa: E731
-        gap = "-" if t.gap is None else f"{100 * t.gap:.3g}%"
+        num = lambda x: human.number(x, 6)  # noqa: E731
         out.print(
-            f"plan {res.ir.name}: {len(res.ir.replicas)} replicas on {t.gpus} GPUs, "
-            f"{t.requests_per_s:.4g} req/s, {t.tokens_per_s:.4g} tokens/s, ${t.price_per_hour:.2f}/h "
-            f"(objective {num(t.objective_value)} {t.objective_unit}, bound {num(t.bound)}, gap {gap})"
+            f"plan {res.ir.name}: {human.plural(len(res.ir.replicas), 'replica')} on {human.plural(t.gpus, 'GPU')}, "
+            f"{human.number(t.requests_per_s)} req/s, {human.number(t.tokens_per_s)} tokens/s, {human.money(t.price_per_hour)} "
+            f"(objective {num(t.objective_value)} {t.objective_unit}, bound {num(t.bound)}, gap {human.percent(t.gap)})",
+            markup=False,
         )
         for b in t.binding:
-            out.print(f"  binds: {b.text}")
+            out.print(f"  binds: {b.text}", markup=False)
+        what_if = res.ir.composition.what_if if res.ir.composition is not None else None
+        for line in (what_if.text if what_if is not None else ()):
+            out.print(f"  takes: {line}", markup=False)
         compose = next((p for p in res.ir.reports if p.name == "compose"), None)
         for note in compose.notes if compose and previous is not None else ():
             if note.startswith(("replanning", "stability")):
                 out.print(f"  {note}")
         out.print(f"wrote {len(files)} files to {output}/ (plan.md explains the plan)")
+
+
+def _print_warnings(warnings: tuple[str, ...]) -> None:
+    """Defaults the spec relies on (a catalog price): on stderr, also under --quiet."""
+    for w in warnings:
+        err.print(f"warning: {w}", markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -126,7 +142,9 @@ def validate(spec: Path = typer.Argument(..., help="spec.yaml")) -> None:
     except HetcompileError as exc:
         _fail(exc)
         return
-    out.print(f"{spec}: ok ({len(ir.models)} models, {len(ir.workloads)} workloads, {len(ir.offers)} offers)")
+    _print_warnings(ir.warnings)
+    out.print(f"{spec}: ok ({human.plural(len(ir.models), 'model')}, {human.plural(len(ir.workloads), 'workload')}, "
+              f"{human.plural(len(ir.offers), 'offer')})")
 
 
 @app.command()
@@ -168,7 +186,7 @@ def explain(
     if isinstance(result, str):
         sys.stdout.write(result)
     else:
-        out.print(Group(*rich_renderables(result)))
+        out.print(Group(*rich_renderables(result, out.width)))
 
 
 def _durations(health_timeout: str, drain: str) -> tuple[float, float]:
@@ -183,7 +201,7 @@ def _durations(health_timeout: str, drain: str) -> tuple[float, float]:
 def _dry_run(ro, head: str, timeout_s: float) -> None:
     from hetcompile.migrate.gaps import capacity_gaps, gap_text
 
-    out.print(f"{head}: {ro.migration.mode}, {len(ro.actions)} step(s) (dry run)", markup=False)
+    out.print(f"{head}: {ro.migration.mode}, {human.plural(len(ro.actions), 'step')} (dry run)", markup=False)
     for note in ro.notes:
         out.print(f"  note: {note}", markup=False)
     for a in ro.actions:
@@ -441,7 +459,7 @@ def simulate(
     target.write_text(dumps_json(doc.model_dump(mode="json")))
     from rich.console import Group
 
-    out.print(Group(*rich_renderables(Doc(f"simulation of {plan.plan}", (), (simulation_section(doc),)))))
+    out.print(Group(*rich_renderables(Doc(f"simulation of {plan.plan}", (), (simulation_section(doc),)), out.width)))
     _print_tail_advice(plan, doc)
     err.print(f"wrote {target}")
 

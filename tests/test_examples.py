@@ -18,14 +18,16 @@ from conftest import ROOT
 from hetcompile.backends.emit import artifacts
 from hetcompile.backends.vllm_flags import check_serve_argv, serve_argv_from_script
 from hetcompile.driver import compile_spec
+from hetcompile.explain.pictures import pictures
 
 EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/spec.yaml"))
 
 
 @lru_cache(maxsize=None)
 def built(name: str) -> dict[str, str]:
+    """What `hetcompile build` writes (with plan.md's pictures and charts/*.svg)."""
     res = compile_spec(ROOT / "examples" / name / "spec.yaml")
-    return artifacts(res.ir)
+    return artifacts(res.ir, pictures)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -47,7 +49,7 @@ def test_golden(name: str, update_golden: bool) -> None:
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_same_spec_same_bytes(name: str) -> None:
-    again = artifacts(compile_spec(ROOT / "examples" / name / "spec.yaml").ir)
+    again = artifacts(compile_spec(ROOT / "examples" / name / "spec.yaml").ir, pictures)
     assert again == built(name)
 
 
@@ -110,3 +112,21 @@ def test_sky_run_embeds_node_scripts(name: str) -> None:
             rid = rel.split("/")[1]
             body = "\n".join("  " + line if line else "" for line in text.rstrip("\n").split("\n"))
             assert body in files[f"sky/{rid}.yaml"], f"{rel} is not embedded verbatim in sky/{rid}.yaml"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_pictures_are_linked_valid_svg_without_dates(name: str) -> None:
+    import xml.etree.ElementTree as ET
+
+    files = built(name)
+    md = files["plan.md"]
+    assert "```mermaid\nflowchart LR" in md and "router" in md
+    charts = sorted(rel for rel in files if rel.startswith("charts/"))
+    assert "charts/utilization.svg" in charts
+    for rel in charts:
+        assert f"]({rel})" in md, rel  # plan.md links every chart it ships
+        root = ET.fromstring(files[rel])
+        assert root.tag.endswith("svg")
+        assert "<dc:date>" not in files[rel] and "Matplotlib v" not in files[rel]
+    plan = json.loads(files["plan.json"])
+    assert ("charts/frontier.svg" in charts) == bool(plan.get("alternatives"))

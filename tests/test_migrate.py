@@ -200,7 +200,7 @@ def test_cli_dry_run(tmp_path: Path, plans) -> None:
 
     r = CliRunner().invoke(app, ["migrate", str(plans[0]), str(plans[1]), "--dry-run"])
     assert r.exit_code == 0, r.output
-    assert "rolling, 7 step(s)" in r.output and "sky launch -y -d -c quickstart-r5 sky/r5.yaml --secret HC_VLLM_API_KEY --secret HF_TOKEN" in r.output
+    assert "rolling, 7 steps" in r.output and "sky launch -y -d -c quickstart-r5 sky/r5.yaml --secret HC_VLLM_API_KEY --secret HF_TOKEN" in r.output
     assert not (plans[1] / "migrate").exists()
 
 

@@ -168,7 +168,9 @@ def test_split_node_becomes_tp_slices():
 
 
 def test_mixed_chain_outside_kubernetes_is_a_clear_error(tmp_path):
-    res = compile_spec(write_spec(tmp_path, cloud="aws"))
+    path = write_spec(tmp_path, cloud="aws")
+    path.write_text(path.read_text().replace("- name: pool", "- name: us-east-1"))  # an AWS region (issue 20)
+    res = compile_spec(path)
     with pytest.raises(BackendError, match="Kubernetes only"):
         artifacts(res.ir)
 

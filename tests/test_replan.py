@@ -120,5 +120,5 @@ def test_previous_never_keeps_a_replica_that_serves_nothing(tmp_path: Path) -> N
     routed = {w["replica"] for m in rt["models"] for c in m["classes"] for w in c["weights"] if w["weight"] > 0}
     assert new["replicas"] and {r["id"] for r in new["replicas"]} == routed  # every replica serves something
     notes = next(p for p in ir.reports if p.name == "compose").notes
-    assert any(n.startswith("replanning: dropped 1 replica(s)") and "routed nothing" in n for n in notes)
+    assert any(n.startswith("replanning: dropped 1 replica of") and "routed nothing" in n for n in notes)
     assert new["totals"]["price_per_hour"] < sum(r["price_per_hour"] for r in plan(compile_spec(a).ir)["replicas"])

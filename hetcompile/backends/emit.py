@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
+from typing import Callable
 
 from hetcompile.backends import deploy, skypilot, vllm
 from hetcompile.plan.canon import dumps_json
@@ -12,12 +14,23 @@ from hetcompile.backends.plan_json import plan_dict, timings_dict
 from hetcompile.backends.plan_md import plan_md
 from hetcompile.errors import BackendError
 from hetcompile.ir.problem import Problem
+from hetcompile.plan.doc import PlanDoc
+from hetcompile.plan.io import check_plan_doc
 
 
-def artifacts(ir: Problem) -> dict[str, str]:
-    """Relative path -> file text, for every artifact; pure, so tests can compare without disk."""
+Pictures = Callable[[PlanDoc], dict[str, str]]  # the plan as plan.json has it -> {"plan.md": block, "charts/x.svg": svg}
+
+
+def artifacts(ir: Problem, pictures: Pictures | None = None) -> dict[str, str]:
+    """Relative path -> file text, for every artifact; pure, so tests can compare without disk.
+    `pictures` (explain/pictures.py, passed in by the CLI: backends sit below explain) adds the
+    Mermaid diagram to plan.md and the SVG charts it links."""
     plan = plan_dict(ir)
-    files: dict[str, str] = {"plan.json": dumps_json(plan), "plan.md": plan_md(plan)}
+    text = dumps_json(plan)
+    # pictures read the plan as written (rounded), as `hetcompile explain` of plan.json would
+    extra = dict(pictures(check_plan_doc(json.loads(text)))) if pictures is not None else {}
+    files: dict[str, str] = {"plan.json": text, "plan.md": plan_md(plan, extra.pop("plan.md", ""))}
+    files.update(extra)
     for r in ir.replicas:
         scripts = vllm.node_scripts(ir, r)
         for s in scripts:
@@ -50,10 +63,10 @@ def stale(out: Path, files: dict[str, str]) -> list[Path]:
     return old
 
 
-def write(ir: Problem, out: Path) -> list[Path]:
+def write(ir: Problem, out: Path, pictures: Pictures | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    files = artifacts(ir)
+    files = artifacts(ir, pictures)
     for path in stale(out, files):
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     for rel, text in files.items():

@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from hetcompile import __version__
 from hetcompile.plan.doc import (
-    Compiler, EngineSettings, PassSummary, PlanDoc, PlanModel, PlanNode, PlanReplica, PlanStage, PlanWorkload,
+    Compiler, EngineSettings, PassSummary, PlanDoc, PlanModel, PlanNode, PlanPrice, PlanReplica, PlanStage, PlanWorkload,
     ReplicaWorkload, Slo, Totals,
 )
 from hetcompile.ir.problem import Problem, Replica
@@ -157,7 +157,19 @@ def plan_doc(ir: Problem) -> PlanDoc:
         placement=ir.placements,
         primary_workers=ir.primary_workers or None,
         next_replica=next_replica(ir),
+        prices=tuple(PlanPrice(offer=o.id, gpu=o.gpu, region=o.region, cloud=o.cloud, price_per_gpu_hour=o.price_per_gpu_s * 3600,
+                               source=o.price_source) for o in ir.offers),
+        warnings=tuple(_relative_warning(w) for w in ir.warnings),
+        what_it_would_take=ir.composition.what_if,
+        alternatives=ir.composition.alternatives,
     )
+
+
+def _relative_warning(w: str) -> str:
+    """A warning's location as the spec's file name: plan.json bytes must not depend on where the
+    spec was built from (the CLI prints the full path)."""
+    head, sep, rest = w.partition(": ")
+    return (head.rsplit("/", 1)[-1] + sep + rest) if sep and ":" in head else w
 
 
 def plan_dict(ir: Problem) -> dict:
@@ -165,6 +177,9 @@ def plan_dict(ir: Problem) -> dict:
     out = plan_doc(ir).model_dump(mode="json")
     if out.get("primary_workers") is None:
         out.pop("primary_workers", None)  # plans selection did not change keep their bytes
+    for key in ("what_it_would_take", "alternatives"):
+        if out.get(key) is None:
+            out.pop(key, None)  # plans without them keep their bytes
     return out
 
 

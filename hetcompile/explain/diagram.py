@@ -28,22 +28,37 @@ def _weights(r: ReplicaView) -> str:
 
 
 def mermaid(e: Explanation) -> str:
+    """router -> replicas -> stages; replicas inside one region are grouped in a box per region
+    and cloud; GPU types, routing weights and busy % on the labels; the heaviest stage thick."""
     lines = ["flowchart LR", '  router(["router"])']
     hot = []
+    cloud = {o.region: o.cloud for o in e.cost.by_offer if o.cloud}
+    groups: dict[str, list[ReplicaView]] = {}
     for r in e.replicas:
-        rid = _id("r", r.id)
-        lines.append(f'  subgraph {rid}["{_q(r.id)}: {_q(r.gpu)} tp{r.tp} pp{r.pp}, {pct(r.utilisation)} busy"]')
-        lines.append("    direction LR")
-        for st in r.stages:
-            lines.append(f'    {_id(rid, st.index)}["{_q(st.node)}<br/>{_q(st.region)}, layers {st.layers[0]}-{st.layers[1]}"]')
-            if st.bottleneck and r.pp > 1:
-                hot.append(_id(rid, st.index))
-        for a, b in zip(r.stages, r.stages[1:]):
-            label = f'|"{_q(a.region)} to {_q(b.region)}"|' if a.region != b.region else ""
-            lines.append(f"    {_id(rid, a.index)} -->{label} {_id(rid, b.index)}")
-        lines.append("  end")
+        groups.setdefault(r.regions[0] if len(r.regions) == 1 else "", []).append(r)
+    for region in sorted(groups):
+        pad = "  " if region else ""
+        if region:
+            lines.append(f'  subgraph {_id("region", region)}["{_q(region)} ({_q(cloud.get(region, "-"))})"]')
+        for r in groups[region]:
+            rid = _id("r", r.id)
+            lines.append(f'{pad}  subgraph {rid}["{_q(r.id)}: {_q(r.gpu)} tp{r.tp} pp{r.pp}, {pct(r.utilisation)} busy"]')
+            lines.append(f"{pad}    direction LR")
+            for st in r.stages:
+                lines.append(f'{pad}    {_id(rid, st.index)}["{_q(st.node)}<br/>{_q(st.gpu)} x{st.tp}, layers '
+                             f'{st.layers[0]}-{st.layers[1]}"]')
+                if st.bottleneck and r.pp > 1:
+                    hot.append(_id(rid, st.index))
+            for a, b in zip(r.stages, r.stages[1:]):
+                label = f'|"{_q(a.region)} to {_q(b.region)}"|' if a.region != b.region else ""
+                lines.append(f"{pad}    {_id(rid, a.index)} -->{label} {_id(rid, b.index)}")
+            lines.append(f"{pad}  end")
+        if region:
+            lines.append("  end")
+    for r in e.replicas:
         if r.stages:
             w = _weights(r)
+            rid = _id("r", r.id)
             lines.append(f'  router -->|"{_q(w)}"| {_id(rid, 0)}' if w else f"  router -.-> {_id(rid, 0)}")
     if hot:
         lines.append("  classDef heaviest stroke-width:3px")

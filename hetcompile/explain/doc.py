@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from hetcompile.explain.model import Explanation, PlanDiff, Step
 from hetcompile.plan.doc import ModelPlacement, PrimaryWorkers
+from hetcompile.ir import human
 
 
 @dataclass(frozen=True)
@@ -32,23 +33,36 @@ class Doc:
 
 
 def num(x: float | None, digits: int = 4) -> str:
-    return "-" if x is None else f"{x:.{digits}g}"
+    """A number for a person (SI suffix from 10k on, never an exponent): hetcompile/ir/human.py."""
+    return human.number(x, digits)
 
 
 def money(x: float | None) -> str:
-    return "-" if x is None else f"${x:.2f}/h"
+    return human.money(x)
 
 
 def signed_money(x: float | None) -> str:
-    return "-" if x is None else f"{'+' if x >= 0.005 else '-' if x <= -0.005 else '±'}${abs(x):.2f}/h"
+    """A change in $/h: '+$1.50/h', '-$0.0005/h'; below $0.00005/h it is rounding noise: '±$0.00/h'."""
+    if x is None:
+        return "-"
+    if abs(x) < 5e-5:
+        return "±$0.00/h"
+    return ("+" if x > 0 else "-") + human.money(abs(x))
 
 
 def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.3g}%"
+    return human.percent(x)
 
 
 def signed(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.4g}"
+    if x is None:
+        return "-"
+    return ("+" if x >= 0 else "-") + human.number(abs(x))
+
+
+def _usd(x: float) -> str:
+    """A $/h column cell: cents, or two significant digits below a cent."""
+    return human.money(x)[1:-2] if x >= 0 else "-" + human.money(-x)[1:-2]
 
 
 def _table(headers: tuple[str, ...], rows: list[tuple]) -> Table:
@@ -63,7 +77,7 @@ def explanation_doc(e: Explanation) -> Doc:
     intro = [
         f"Objective **{e.solver.objective}**: {num(s.requests_per_s)} req/s, {num(s.tokens_per_s)} tokens/s for "
         f"{money(s.price_per_hour)}" + (f" of a {money(s.budget_per_hour)} budget" if s.budget_per_hour is not None else "")
-        + f"; {s.replicas} replica(s) on {s.gpus} GPUs, {s.nodes} node(s)."
+        + f"; {human.plural(s.replicas, 'replica')} on {human.plural(s.gpus, 'GPU')}, {human.plural(s.nodes, 'node')}."
         + (f" Makespan {num(s.makespan_s)} s." if s.makespan_s is not None else ""),
         f"Solver: objective {num(e.solver.objective_value, 6)}, bound {num(e.solver.bound, 6)}, gap {pct(e.solver.gap)} — {e.solver.text}.",
     ]
@@ -71,7 +85,7 @@ def explanation_doc(e: Explanation) -> Doc:
         ["- nothing the compose pass reports: the plan is limited by its candidate shapes"]
     replicas = _table(
         ("replica", "model", "GPU", "regions", "TP", "PP", "GPUs", "$/h", "busy", "bottleneck", "estimate"),
-        [(r.id, r.model, r.gpu, "+".join(r.regions), r.tp, r.pp, r.gpus, f"{r.price_per_hour:.2f}", pct(r.utilisation),
+        [(r.id, r.model, r.gpu, "+".join(r.regions), r.tp, r.pp, r.gpus, _usd(r.price_per_hour), pct(r.utilisation),
           r.bottleneck.kind + (f" {r.bottleneck.stage}" if r.bottleneck.stage is not None else ""), r.estimate_source)
          for r in e.replicas],
     )
@@ -102,12 +116,12 @@ def explanation_doc(e: Explanation) -> Doc:
     cost_lines: list[str | Table] = [
         f"{money(c.price_per_hour)}" + (f" of {money(c.budget_per_hour)} budget ({money(c.budget_left_per_hour)} left)"
                                          if c.budget_per_hour is not None else " (no budget)")
-        + f"; {c.rented_gpus} rented GPU(s), {c.owned_gpus} owned (free per hour).",
-        _table(("offer", "GPU", "region", "cloud", "owned", "nodes", "GPUs", "$/h", "share"),
+        + f"; {human.plural(c.rented_gpus, 'rented GPU')}, {c.owned_gpus} owned (free per hour).",
+        _table(("offer", "GPU", "region", "cloud", "owned", "nodes", "GPUs", "$/h", "share", "price from"),
                [(o.offer, o.gpu, o.region, o.cloud or "-", "yes" if o.owned else "no", o.nodes, o.gpus,
-                 f"{o.price_per_hour:.2f}", pct(o.share)) for o in c.by_offer]),
+                 _usd(o.price_per_hour), pct(o.share), o.price_source or "-") for o in c.by_offer]),
         _table(("region", "nodes", "GPUs", "$/h", "share"),
-               [(g.region, g.nodes, g.gpus, f"{g.price_per_hour:.2f}", pct(g.share)) for g in c.by_region]),
+               [(g.region, g.nodes, g.gpus, _usd(g.price_per_hour), pct(g.share)) for g in c.by_region]),
     ]
     if c.idle_nodes:
         cost_lines.append(f"Idle nodes (paid, unused): {', '.join(c.idle_nodes)}.")
@@ -117,6 +131,10 @@ def explanation_doc(e: Explanation) -> Doc:
     estimates = [f"- **{g.source}** ({', '.join(g.replicas)}): {g.text}" for g in e.estimates]
     sections = [
         Section("What binds", tuple(binds)),
+        *([Section("What it would take", tuple(e.what_it_would_take[:1]) + tuple(f"- {x}" for x in e.what_it_would_take[1:]))]
+          if e.what_it_would_take else []),
+        *([Section("Alternatives (compose's budget sweep and runners-up)", tuple(f"- {x}" for x in e.alternatives))]
+          if e.alternatives else []),
         Section("Replicas", (replicas,
                              "busy = U_r, the share of the replica's time the plan's served rates use "
                              "(sum over workloads of routed / capacity).")),
@@ -181,7 +199,35 @@ def _step_row(s: Step, workloads: list[str]) -> tuple:
         else:
             low = c.requests_per_s < c.target * (1 - 1e-6) - 1e-9
             marks.append(f"{num(c.requests_per_s)}{' (dip)' if low else ''}")
-    return (s.index, s.action, s.unit.label if s.unit else "", f"{s.price_per_hour:.2f}", *marks, s.text)
+    return (s.index, s.action, s.unit.label if s.unit else "", _usd(s.price_per_hour), *marks, s.text)
+
+
+# plan.json totals keys -> (what a person calls them, how a value is written)
+METRIC_NAMES: dict[str, tuple[str, str]] = {
+    "requests_per_s": ("throughput (req/s)", "num"),
+    "tokens_per_s": ("tokens/s (prompt + output)", "num"),
+    "output_tokens_per_s": ("output tokens/s", "num"),
+    "price_per_hour": ("cost", "money"),
+    "budget_per_hour": ("budget", "money"),
+    "gpus": ("GPUs", "num"),
+    "objective_value": ("solver objective", "num"),
+    "bound": ("solver bound", "num"),
+    "gap": ("optimality gap", "pct"),
+    "makespan_s": ("makespan (s)", "num"),
+    "scale": ("demand served (x the mix)", "num"),
+    "tokens_per_dollar": ("tokens per dollar", "num"),
+}
+
+
+def _metric_row(metric: str, old: float | None, new: float | None, delta: float | None) -> tuple:
+    """One row of the totals diff with a person's name for the metric (unknown keys: underscores
+    become spaces) and values in its own unit."""
+    name, kind = METRIC_NAMES.get(metric, (metric.replace("_", " "), "num"))
+    if kind == "money":
+        return (name, money(old), money(new), signed_money(delta))
+    if kind == "pct":
+        return (name, pct(old), pct(new), "-" if delta is None else ("+" if delta >= 0 else "-") + pct(abs(delta)))
+    return (name, num(old), num(new), signed(delta))
 
 
 def diff_doc(d: PlanDiff) -> Doc:
@@ -190,7 +236,7 @@ def diff_doc(d: PlanDiff) -> Doc:
     rps = next((t for t in d.totals if t.metric == "requests_per_s"), None)
     intro = [
         f"`{d.old.plan}` (old, running) -> `{d.new.plan}` (new)." + (" **No differences.**" if d.empty else ""),
-        f"{len(d.untouched)} untouched, {len(d.changed)} changed, {len(d.added)} added, {len(d.removed)} removed replica(s); "
+        f"Replicas: {len(d.untouched)} untouched, {len(d.changed)} changed, {len(d.added)} added, {len(d.removed)} removed; "
         f"$/h {signed_money(price.delta) if price else '±$0.00/h'}; requests/s {signed(rps.delta) if rps else '+0'}.",
     ]
     sections: list[Section] = []
@@ -211,8 +257,8 @@ def diff_doc(d: PlanDiff) -> Doc:
     rows = [("untouched", p.old, p.new, "relabelled" if p.relabelled else "", signed_money(p.delta_price_per_hour)) for p in d.untouched]
     rows += [("changed", p.old, p.new, "; ".join(f"{c.field} {c.old} -> {c.new}" for c in p.changes)
               + (" (in place possible)" if p.in_place else ""), signed_money(p.delta_price_per_hour)) for p in d.changed]
-    rows += [("added", "", r.id, f"{r.shape} ({r.gpus} GPUs)", signed_money(r.price_per_hour)) for r in d.added]
-    rows += [("removed", r.id, "", f"{r.shape} ({r.gpus} GPUs)", signed_money(-r.price_per_hour)) for r in d.removed]
+    rows += [("added", "", r.id, f"{r.shape} ({human.plural(r.gpus, 'GPU')})", signed_money(r.price_per_hour)) for r in d.added]
+    rows += [("removed", r.id, "", f"{r.shape} ({human.plural(r.gpus, 'GPU')})", signed_money(-r.price_per_hour)) for r in d.removed]
     if rows:
         sections.append(Section("Replicas", (_table(("status", "old", "new", "what", "$/h"), rows),)))
     if d.routing:
@@ -222,8 +268,8 @@ def diff_doc(d: PlanDiff) -> Doc:
     if d.totals or d.workloads:
         blocks = []
         if d.totals:
-            blocks.append(_table(("metric", "old", "new", "delta"),
-                                 [(t.metric, num(t.old, 6), num(t.new, 6), signed(t.delta)) for t in d.totals]))
+            blocks.append(_table(("metric", "old", "new", "change"),
+                                 [_metric_row(t.metric, t.old, t.new, t.delta) for t in d.totals]))
         if d.workloads:
             blocks.append(_table(
                 ("workload", "served req/s", "capacity req/s", "mean TTFT s", "mean TPOT s"),

@@ -17,6 +17,7 @@ Bottleneck of a chain, from the per-workload `binding` the profile pass records
 
 from __future__ import annotations
 
+from hetcompile.ir import human
 from collections import defaultdict
 
 from hetcompile.explain import rates
@@ -63,7 +64,7 @@ def bottleneck(replica: PlanReplica, binding: str | None, work: list[float] | No
         hops = _hops(replica)
         cross = sorted({h for h in hops if h.split("->")[0] != h.split("->")[1]})
         where = f"cross-region {', '.join(cross)}" if cross else "inside the region"
-        text = (f"the pipeline round trip: {len(st)} stages and {len(hops)} hop(s) ({where}) with C/{len(st)} "
+        text = (f"the pipeline round trip: {len(st)} stages and {human.plural(len(hops), 'hop')} ({where}) with C/{len(st)} "
                 "sequences per micro-batch; fewer stages or faster links would raise it") if hops else \
             "the round trip of the single stage"
         return Bottleneck(kind="hops", hops=hops, text=text)
@@ -184,12 +185,13 @@ def cost_breakdown(plan: PlanDoc) -> CostBreakdown:
     def share(p: float) -> float:
         return p / total if total > 0 else 0.0
 
+    sources = {q.offer: q.source for q in plan.prices}
     by_offer = []
     for o, ns in sorted(offers.items()):
         p = sum(n.price_per_hour for n in ns)
         by_offer.append(OfferCost(
             offer=o, gpu=ns[0].gpu, region=ns[0].region, cloud=ns[0].cloud, owned=ns[0].owned, nodes=len(ns),
-            gpus=sum(n.gpus for n in ns), price_per_hour=p, share=share(p),
+            gpus=sum(n.gpus for n in ns), price_per_hour=p, share=share(p), price_source=sources.get(o),
         ))
     by_region = []
     for g, ns in sorted(regions.items()):
@@ -212,10 +214,10 @@ def solver_view(plan: PlanDoc) -> SolverView:
     if bound is None:
         text = "no proven bound: the solver gave none"
     elif gap is not None and gap <= 1e-5:  # plan.json rounds to 6 significant digits: below that is rounding
-        text = f"proven optimal: no plan within the spec's limits scores above {bound:.6g}"
+        text = f"proven optimal: no plan within the spec's limits scores above {human.number(bound, 6)}"
     else:
         pct = "unknown" if gap is None else f"{100 * gap:.3g}%"
-        text = f"no plan scores above {bound:.6g}; this one is within {pct} of that bound"
+        text = f"no plan scores above {human.number(bound, 6)}; this one is within {pct} of that bound"
     passes = tuple(
         PassView(name=p.name, status=p.status, objective=p.objective, bound=p.bound, gap=p.gap, notes=p.notes)
         for p in plan.passes
@@ -242,7 +244,7 @@ def notes(plan: PlanDoc, views: tuple[ReplicaView, ...], cost: CostBreakdown) ->
     out = []
     for v in views:
         if v.utilisation > 1 + 1e-4:  # plan.json rounds to 6 digits; a full replica reads 1.00001
-            out.append(f"{v.id} is routed {v.utilisation:.3g}x its capacity: it will queue")
+            out.append(f"{v.id} is routed {human.number(v.utilisation, 3)}x its capacity: it will queue")
         elif v.utilisation <= rates.EPS:
             out.append(f"{v.id} is routed no traffic")
     if cost.idle_nodes:
@@ -250,6 +252,28 @@ def notes(plan: PlanDoc, views: tuple[ReplicaView, ...], cost: CostBreakdown) ->
     known = set(rates.served(plan))
     for w in sorted(set(plan.routing) - known):
         out.append(f"routing class {w!r} names no workload of the plan")
+    return tuple(out)
+
+
+def what_it_would_take(plan: PlanDoc) -> tuple[str, ...]:
+    """plan.json's what_it_would_take block as lines: its sentences, then one per marginal."""
+    wt = plan.what_it_would_take
+    return () if wt is None else tuple(wt.text) + tuple(m.text for m in wt.marginals)
+
+
+def alternatives(plan: PlanDoc) -> tuple[str, ...]:
+    """plan.json's alternatives block as lines: one per frontier point, then the runners-up."""
+    alt = plan.alternatives
+    if alt is None:
+        return ()
+    out = []
+    for q in alt.frontier:
+        tpot = f", mean TPOT {1e3 * q.tpot_s:.0f} ms" if q.tpot_s is not None else ""
+        mark = " **(this plan)**" if q.this_plan else ""
+        front = "" if q.pareto else " (dominated)"
+        out.append(f"budget {human.money(q.budget_per_hour)}: {human.money(q.price_per_hour)}, "
+                   f"{human.number(q.requests_per_s)} req/s ({human.percent(q.scale)} of the demand){tpot}{mark}{front}")
+    out += [f"runner-up {r.text}" for r in alt.runners_up]
     return tuple(out)
 
 
@@ -276,4 +300,6 @@ def explain_plan(plan: PlanDoc) -> Explanation:
         placement=plan.placement,  # typed: json output serializes them as plan.json has them
         primary_workers=plan.primary_workers,
         notes=notes(plan, views, cost),
+        what_it_would_take=what_it_would_take(plan),
+        alternatives=alternatives(plan),
     )

@@ -106,6 +106,8 @@ class OfferCost(Frozen):
     gpus: Annotated[int, Field(description="GPUs used")]
     price_per_hour: Annotated[float, Field(description="$/h")]
     share: Annotated[float, Field(description="fraction of the plan's $/h")]
+    price_source: Annotated[str | None, Field(description="where the offer's price came from (plan.json prices): "
+                                                          "'spec' or 'catalog default (..., checked DATE)'")] = None
 
 
 class RegionCost(Frozen):
@@ -197,6 +199,12 @@ class Explanation(Frozen):
         description="Hetis primary-worker selection per replica as plan.json has it: GPUs left out, why, what was done with "
                     "them, and what they would add as attention workers (not deployable on vLLM 0.33); absent when none")] = None
     notes: Annotated[tuple[str, ...], Field(description="anything unusual, in words")]
+    what_it_would_take: Annotated[tuple[str, ...], Field(
+        description="the budget that serves the whole demand and what one more step of each binding constraint buys "
+                    "(plan.json what_it_would_take, in words); empty when the plan has none")] = ()
+    alternatives: Annotated[tuple[str, ...], Field(
+        description="the cost vs served-demand frontier of compose's budget sweep (this plan marked) and the runners-up "
+                    "with why each lost (plan.json alternatives, in words); empty when the plan has none")] = ()
 
 
 # --------------------------------------------------------------------------- diff

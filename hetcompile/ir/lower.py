@@ -29,7 +29,8 @@ from hetcompile.ir.problem import (
 )
 from hetcompile.ir.spec import LayerProfileSpec, MeasuredProfile, Spec
 from hetcompile.ir.yaml_spans import SourceMap
-from hetcompile.perf import catalog
+from hetcompile.ir import human
+from hetcompile.perf import catalog, clouds
 
 PCIE4 = 32e9
 
@@ -192,20 +193,43 @@ def _workloads(spec: Spec, smap: SourceMap, models: set[str]) -> tuple[Workload,
     return tuple(sorted(out, key=lambda x: x.name))
 
 
-def _offers(spec: Spec, smap: SourceMap, user: dict[str, GpuType]) -> tuple[tuple[Offer, ...], tuple[GpuType, ...]]:
+def _offers(spec: Spec, smap: SourceMap, user: dict[str, GpuType],
+            warnings: list[str] | None = None) -> tuple[tuple[Offer, ...], tuple[GpuType, ...]]:
+    """The spec's offers in IR form; a default (catalog) price adds a located line to `warnings`."""
+    warnings = [] if warnings is None else warnings
     offers, used = [], {}
     regions = set()
     for ri, r in enumerate(spec.regions):
         if r.name in regions:
             raise SpecError(f"region {r.name!r} is listed twice", smap.value(("regions", ri, "name")))
         regions.add(r.name)
+        no_region = clouds.check_region(r.cloud, r.name)
+        if no_region is not None:
+            raise SpecError(no_region.message, smap.value(("regions", ri, "name")), hint=no_region.hint)
         for oi, o in enumerate(r.offers):
             path = ("regions", ri, "offers", oi)
             gpu = _resolve_gpu(o.gpu, user, smap, path + ("gpu",))
             _check_vllm_runs(gpu, smap, path + ("gpu",))
+            if o.gpu.lower() not in user:  # a user-described GPU type is never checked against a cloud
+                not_sold = clouds.check_gpu(r.cloud, gpu.name, catalog.gpu_spellings(gpu.name))
+                if not_sold is not None:
+                    raise SpecError(not_sold.message, smap.value(path + ("gpu",)), hint=not_sold.hint)
             price = o.price if o.price is not None else gpu.price_per_hour
             if price is None:
                 raise SpecError(f"no price for {gpu.name} in {r.name}", smap.value(path), hint="add `price: $X/h` (per GPU-hour)")
+            source = "spec"
+            if o.price is None and o.gpu.lower() in user:
+                source = f"spec (`gpus:` entry {gpu.name})"
+            elif o.price is None:
+                src, when = catalog.price_provenance(gpu.name) or ("catalog", "undated")
+                source = f"catalog default ({src}, checked {when})"
+                if o.owned < o.max_nodes:  # all-owned offers cost nothing whatever the price
+                    span = smap.value(path)
+                    at = f"{span.file}:{span.line}:{span.col}: " if span is not None else ""
+                    warnings.append(
+                        f"{at}no price for {gpu.name} in {r.name} ({r.cloud}): using the {source} of "
+                        f"{human.money(price)} per GPU; add `price: $X/h` with what {r.cloud} charges you"
+                    )
             if o.owned > o.max_nodes:
                 raise SpecError(
                     f"owned ({o.owned}) exceeds max_nodes ({o.max_nodes})", smap.value(path + ("owned",)),
@@ -219,6 +243,7 @@ def _offers(spec: Spec, smap: SourceMap, user: dict[str, GpuType]) -> tuple[tupl
                 Offer(
                     id=oid, region=r.name, cloud=r.cloud, gpu=gpu.name, gpus_per_node=o.gpus_per_node,
                     max_nodes=o.max_nodes, owned_nodes=o.owned, price_per_gpu_s=price / 3600.0, spot=o.spot,
+                    price_source=source,
                 )
             )
     return tuple(sorted(offers, key=lambda x: x.id)), tuple(sorted(used.values(), key=lambda g: g.name))
@@ -345,6 +370,8 @@ def _spans(spec: Spec, smap: SourceMap, offers: tuple[Offer, ...]) -> tuple:
     if spec.budget is not None:
         add("budget", smap.value(("budget",)))
     add("objective", smap.value(("objective",)))
+    if spec.estimates != "analytic":
+        add("estimates", smap.value(("estimates",)))
     for i, m in enumerate(spec.models):
         add(f"model:{m.name}", smap.value(("models", i, "name")))
     for i, w in enumerate(spec.workloads):
@@ -357,7 +384,8 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
     user = _gpu_types(spec)
     models = _models(spec, smap)
     workloads = _workloads(spec, smap, {m.name for m in models})
-    offers, gpus = _offers(spec, smap, user)
+    warnings: list[str] = []
+    offers, gpus = _offers(spec, smap, user, warnings)
     measured = _measured(spec, smap, spec_path.parent, {m.name for m in models}, user, {w.name for w in workloads})
     for m in measured:
         if m.gpu not in {g.name for g in gpus}:
@@ -384,6 +412,7 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
         measured_only=spec.estimates == "measured-only",
         placement=_placement(spec, smap, spec_path.parent, {m.name: m for m in models}, user),
         spans=_spans(spec, smap, offers),
+        warnings=tuple(warnings),
     )
 
 

@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 from hetcompile.frozen import Frozen
 from hetcompile.ir.routing import RoutingTable
 from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
-from hetcompile.plan.doc import Binding, ModelPlacement, PrimaryWorkers
+from hetcompile.plan.doc import Alternatives, Binding, ModelPlacement, PrimaryWorkers, WhatItWouldTake
 from hetcompile.perf.stepmodel import ReplicaModel
 
 
@@ -57,6 +57,8 @@ class Offer(Frozen):
     owned_nodes: int
     price_per_gpu_s: Annotated[float, Field(ge=0, description="$ per GPU-second")]
     spot: bool = False
+    price_source: Annotated[str, Field(description="where the price came from: 'spec', or 'catalog default (<source>, "
+                                                   "checked <date>)' when the spec gave none")] = "spec"
 
     @property
     def max_gpus(self) -> int:
@@ -175,6 +177,16 @@ class Shape(Frozen):
 
 
 
+
+
+
+
+
+
+
+
+
+
 class Composition(Frozen):
     """compose: how many replicas of each shape, and what share of each workload they take."""
 
@@ -183,6 +195,8 @@ class Composition(Frozen):
     scale: Annotated[float, Field(description="theta: multiple of the demand mix served")]
     objective: str
     binding: tuple[Binding, ...] = Field(description="constraints that bind the plan")
+    what_if: Annotated[WhatItWouldTake | None, Field(description="what more budget or GPUs would buy")] = None
+    alternatives: Annotated[Alternatives | None, Field(description="the frontier and runners-up compose weighed")] = None
 
 
 class Node(Frozen):
@@ -272,6 +286,9 @@ class Problem(Frozen):
     placement: PlacementConfig = PlacementConfig()
     spans: tuple[tuple[str, str, int, int, str], ...] = Field(
         default=(), description="(key, file, line, col, text) of spec places later errors point at"
+    )
+    warnings: tuple[str, ...] = Field(
+        default=(), description="'file:line:col: text' of what the spec leaves to defaults a person should know of"
     )
     # pass products
     perf: tuple[PerfEntry, ...] | None = None

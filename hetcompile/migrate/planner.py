@@ -22,6 +22,7 @@ least capacity; the dips this forces are reported, step by step, in `dips`.
 
 from __future__ import annotations
 
+from hetcompile.ir import human
 from dataclasses import dataclass, field
 
 from hetcompile.plan.canon import natural_key
@@ -359,8 +360,8 @@ def plan_migration(old: PlanDoc, new: PlanDoc, untouched: list, changed: list, a
             ds = [d for d in dips if d.workload == w]
             low = min(ds, key=lambda d: d.requests_per_s)
             checks.append(
-                f"capacity: {w} drops to {low.requests_per_s:.4g} req/s ({100 * low.requests_per_s / low.target:.3g}% of "
-                f"the target {low.target:.4g}) at step(s) {_spans([d.step for d in ds])}: the ceiling cannot hold "
+                f"capacity: {w} drops to {human.number(low.requests_per_s)} req/s ({human.number(100 * low.requests_per_s / low.target, 3)}% of "
+                f"the target {human.number(low.target)}) at step(s) {_spans([d.step for d in ds])}: the ceiling cannot hold "
                 "the outgoing and incoming replicas together")
     else:
         checks.append("capacity: at or above min(old, new) for every workload after every step")

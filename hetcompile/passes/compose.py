@@ -23,9 +23,11 @@ import math
 
 from dataclasses import dataclass, field, replace
 
+from hetcompile.ir import human
 from hetcompile.errors import InfeasibleError
 from hetcompile.ir.problem import Composition, PassReport, Problem
 from hetcompile.plan.doc import Binding
+from hetcompile.passes import compose_alternatives, compose_whatif
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes.compose_model import (
     ComposeSolution,
@@ -82,7 +84,25 @@ def tables(ir: Problem) -> ComposeTables:
 
 
 def _per_h(x: float) -> str:
-    return f"${x * 3600:.2f}/h"
+    """$/s -> '$7.00/h', '$0.0005/h' (never $0.00/h for a price that is not zero)."""
+    return human.money(x * 3600)
+
+
+def explain_unprofiled_model(ir: Problem, model: str) -> str | None:
+    """Under `estimates: measured-only`, why `model` has no shape: no offered GPU has a profile of it.
+
+    Returns None when some offered GPU does have one (then the model's size is the reason)."""
+    have = sorted({(x.gpu, x.tp, x.pp) for x in ir.measured if x.model == model})
+    offered = {o.gpu for o in ir.offers}
+    if not ir.measured_only or any(g in offered for g, _, _ in have):
+        return None
+    lines = [f"  - {o.id}: no measured profile of {model} on {o.gpu}" for o in ir.offers]
+    elsewhere = ", ".join(f"{g} (tp={t}, pp={d})" for g, t, d in have)
+    return (
+        f"`estimates: measured-only` considers only measured replica shapes, and no offered GPU has a profile "
+        f"of {model}" + (f" (profiles exist for {elsewhere}, which is not offered)" if have else "") + ":\n"
+        + "\n".join(lines)
+    )
 
 
 def explain_unfit_model(ir: Problem, model: str) -> str:
@@ -102,7 +122,7 @@ def explain_unfit_model(ir: Problem, model: str) -> str:
             need = -(-m.arch.layers // best.max_layers)
             why = (
                 f"{best.tp}x {o.gpu} holds at most {best.max_layers} of {m.arch.layers} layers per node, "
-                f"so a replica needs {need} nodes but {nodes} can be had"
+                f"so a replica needs {human.plural(need, 'node')} but {nodes} can be had"
             )
         lines.append(f"  - {o.id}: {why}")
     return (
@@ -199,6 +219,14 @@ def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
             )
     for m in ir.models:
         mine = [s for s in ir.shapes or () if s.model == m.name]
+        unprofiled = None if mine else explain_unprofiled_model(ir, m.name)
+        if unprofiled:
+            gpus = sorted({o.gpu for o in ir.offers})
+            raise InfeasibleError(
+                unprofiled, ir.span("estimates") or ir.span(f"model:{m.name}"),
+                hint=f"measure one (`hetcompile profile ENDPOINT --model {m.name} --gpu {gpus[0]} --tp 1`) and list it "
+                "under `profiles:`, offer a GPU that has a profile, or set `estimates: analytic`",
+            )
         if not mine:
             raise InfeasibleError(
                 explain_unfit_model(ir, m.name),
@@ -217,6 +245,44 @@ def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
                     ir.span("budget"),
                     hint=f"raise `budget` to at least {_per_h(price)} or offer cheaper GPUs",
                 )
+    check_budget_covers_models(ir, t)
+
+
+def _replica_text(s, price: float) -> str:
+    return f"{s.tp * s.pp}x {s.gpu} in {s.region} (tp={s.tp}, pp={s.pp}) at {_per_h(price)}"
+
+
+def check_budget_covers_models(ir: Problem, t: ComposeTables) -> None:
+    """Every workload of the demand mix is served at the same fraction theta, so a plan that serves
+    anything holds at least one replica per model: the cheapest per model, summed, must fit the budget.
+
+    Per model the lower bound is its dearest workload's cheapest serving shape (SLO workloads have
+    shapes of their own). Owned GPUs may be counted once per model, so the sum never overstates."""
+    if t.budget is None or len(ir.models) < 2:
+        return
+    picks = []
+    for m in ir.models:
+        best = None
+        for w in (w for w in ir.workloads if w.model == m.name):
+            serving = [s for s in ir.shapes or () if (s.id, w.name) in t.h]
+            if not serving:
+                return  # check_feasible_inputs / check_slo_inputs explain this one
+            c = min(serving, key=lambda s: (solution_cost({s.id: 1}, t), s.id))
+            price = solution_cost({c.id: 1}, t)
+            if best is None or price > best[1]:
+                best = (c, price)
+        if best is not None:
+            picks.append((m.name, *best))
+    total = sum(p for _, _, p in picks)
+    if total > t.budget * (1 + 1e-9):
+        lines = [f"  - {name}: {_replica_text(s, p)}" for name, s, p in picks]
+        raise InfeasibleError(
+            f"budget {_per_h(t.budget)} cannot pay for one replica of each model, and a plan serves every workload "
+            f"of the demand mix (each at the same fraction): the cheapest replicas together cost {_per_h(total)}:\n"
+            + "\n".join(lines),
+            ir.span("budget"),
+            hint=f"raise `budget` to at least {_per_h(total)}, offer cheaper GPUs, or serve fewer models in this spec",
+        )
 
 
 @dataclass
@@ -253,7 +319,14 @@ def _max_theta(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResu
     if sol is None:
         raise InfeasibleError(f"the composition MILP found no plan ({res.status})", hint="see `hetcompile validate` output")
     if sol.theta <= 0:
-        raise InfeasibleError("no replica can be afforded and placed: the plan would serve nothing")
+        raise InfeasibleError(
+            "no replica can be afforded and placed: the plan would serve nothing"
+            + (f" within budget {_per_h(t.budget)} and the offered availability" if t.budget is not None
+               else " with the offered availability"),
+            ir.span("budget"),
+            hint="raise `budget` or offer more nodes: every model needs at least one replica, and every workload is "
+            "served at the same fraction of its demand",
+        )
     # second stage: the cheapest plan that keeps theta (ties in theta otherwise pick arbitrary extras)
     # and, when replanning, no more churn than the first stage chose
     churn_max = float(sol.churn) if t.previous is not None else None
@@ -274,9 +347,9 @@ def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveRes
             res, paid = _max_theta(ir, t, opts)
             what = "owned GPUs" if not any(p <= 0 for p in t.price.values()) else "GPUs at $0/h (owned or priced 0)"
             notes.append(
-                f"{what} alone serve {free.theta:.4g}x the demand mix at $0/h: throughput per dollar is unbounded "
+                f"{what} alone serve {human.number(free.theta)}x the demand mix at $0/h: throughput per dollar is unbounded "
                 f"there and any paid GPU lowers it, so the plan uses only those (max-throughput would serve "
-                f"{paid.theta:.4g}x for {_per_h(paid.cost)})"
+                f"{human.number(paid.theta)}x for {_per_h(paid.cost)})"
             )
             return res0, free, notes, (None, None)
     res, sol = _max_theta(ir, t, opts)
@@ -289,7 +362,7 @@ def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveRes
         r2, s2 = _solve(t, opts, f"compose/dinkelbach-{it}", "dinkelbach", q=q)
         last = r2
         if s2 is None or s2.cost <= 0 or s2.theta / s2.cost <= q * (1 + 1e-9):
-            notes.append(f"dinkelbach converged after {it + 1} solves at {q / 3600:.6g} x demand per $/h")
+            notes.append(f"dinkelbach converged after {it + 1} solves at {human.number(q / 3600, 6)} x demand per $/h")
             break
         res, sol, q = r2, s2, s2.theta / s2.cost
     # every k copies of the most efficient replicas share the ratio q*: take the largest such plan
@@ -323,7 +396,7 @@ def drop_idle(sol: ComposeSolution, t: ComposeTables) -> tuple[ComposeSolution, 
     if not dropped:
         return sol, []
     sol = replace(sol, y=y, cost=solution_cost(y, t), churn=solution_churn(y, t))
-    return sol, [f"replanning: dropped {n} replica(s) of {c} kept from the previous plan: routed nothing, they would cost "
+    return sol, [f"replanning: dropped {human.plural(n, 'replica')} of {c} kept from the previous plan: routed nothing, they would cost "
                  f"{_per_h(saved)} for no throughput" for c, n, saved in dropped]
 
 
@@ -346,7 +419,7 @@ def churn_notes(ir: Problem, t: ComposeTables, sol: ComposeSolution, opts: Solve
         else:
             lost = max(0.0, 1.0 - sol.theta / best.theta) if best.theta > 0 else 0.0
             lost = 0.0 if lost < 1e-5 else lost  # the second stage keeps theta within THETA_KEEP
-            out.append(f"stability gives up {100 * lost:.3g}% throughput: {sol.theta:.4g}x vs {best.theta:.4g}x of the demand mix "
+            out.append(f"stability gives up {human.number(100 * lost, 3)}% throughput: {human.number(sol.theta)}x vs {human.number(best.theta)}x of the demand mix "
                        f"without the penalty ({solution_churn(best.y, t)} changes)")
     return out
 
@@ -367,7 +440,7 @@ def binding_constraints(ir: Problem, t: ComposeTables, sol: ComposeSolution) -> 
         smallest = min((t.shape_gpus[c] for c in used_shapes if t.shape_offer[c] == o), default=None)
         if smallest is not None and t.avail[o] - used < smallest:
             out.append(Binding(kind="availability", subject=o, used=used, limit=t.avail[o], unit="GPUs",
-                               text=f"availability: {o} uses {used} of {t.avail[o]} GPUs"))
+                               text=f"availability: {o} uses {used} of {human.plural(t.avail[o], 'GPU')}"))
     if ir.objective == "min-cost":
         out.append(Binding(kind="demand", used=1.0, limit=1.0, unit="x demand",
                            text="demand: every workload rate is met at least cost"))
@@ -410,7 +483,7 @@ class Compose(Pass):
                 if best is not None:
                     raise InfeasibleError(
                         f"the workload rates cannot be met: the best plan within budget and availability serves "
-                        f"{best.theta:.3g}x the demanded rates",
+                        f"{human.number(best.theta, 3)}x the demanded rates",
                         ir.span("budget") or ir.span("objective"),
                         hint="raise `budget`, offer more GPUs, or lower the workload rates",
                     )
@@ -430,12 +503,25 @@ class Compose(Pass):
             sol, idle = drop_idle(sol, t)
             notes += idle
             notes += churn_notes(ir, t, sol, run)
+        binding = binding_constraints(ir, t, sol)
+        what_if = None
+        if compose_whatif.applies(ir):
+            what_if = compose_whatif.analyse(ir, t, sol, binding, lambda tt, name, obj: _solve(tt, run, name, obj)[1])
+            binding = compose_whatif.bindings_from_marginals(
+                binding, what_if, sol.cost * 3600, t.budget * 3600 if t.budget is not None else None)
+        alternatives = None
+        if compose_alternatives.applies(ir):
+            alternatives = compose_alternatives.analyse(
+                ir, t, sol, lambda tt, name, obj, **kw: _solve(tt, run, name, obj, **kw)[1],
+                what_if.full_demand_price_per_hour if what_if is not None else None)
         comp = Composition(
             counts=tuple((c, n) for c, n in sorted(sol.y.items()) if n > 0),
             rates=tuple((c, w, round(v, 9)) for (c, w), v in sorted(sol.r.items()) if v > 1e-9 and sol.y[c] > 0),
             scale=sol.theta,
             objective=ir.objective,
-            binding=binding_constraints(ir, t, sol),
+            binding=binding,
+            what_if=what_if,
+            alternatives=alternatives,
         )
         notes += run.notes()
         objective, bound = reported_objective(ir, t, res, ratio if ir.objective == "max-throughput-per-dollar" else None)

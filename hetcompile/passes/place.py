@@ -27,6 +27,7 @@ Jiang et al., "Demystifying Cost-Efficiency in LLM Serving over Heterogeneous GP
 
 from __future__ import annotations
 
+from hetcompile.ir import human
 import re
 import time
 from collections.abc import Sequence
@@ -307,8 +308,8 @@ def place_model(ir: Problem, m, pool: list[Node], mine: list[Replica], budget: _
     runnable = [r for r in mine if not measured_misfit(ir, r)]
     theta_s, x_s = max_scale({r.id: dict(r.estimate.throughput_rps) for r in runnable}, demand, opts, name="place-rates")
     kept = "placement" if theta_p > max(theta_c, theta_s) * (1 + 1e-6) else "compose"
-    why = (f"theta {theta_p:.4g} with the chains vs {theta_c:.4g} (compose's replicas, same model) and "
-           f"{theta_s:.4g} (compose's replicas by their own estimates, what single-type serves)")
+    why = (f"theta {human.number(theta_p)} with the chains vs {human.number(theta_c)} (compose's replicas, same model) and "
+           f"{human.number(theta_s)} (compose's replicas by their own estimates, what single-type serves)")
     return _Judged(pool, pp, res, shared, chains, hetis_recs, rid_of, full_c, da_c, full_p, ests_p,
                    theta_c, theta_p, x_p, theta_s, x_s, runnable, kept, why)
 
@@ -399,9 +400,9 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
             continue
         summaries.append(model_summary(ir, m, j))
         notes.append(
-            f"{m.name}: {len(j.chains)} chains over {len(j.pool)} pool nodes, {sum(j.full_p.values()):.1f} tokens/s "
-            f"(search objective, fast mode: {j.res.depth_aware_capacity:.1f}; compose's replicas: {j.full_c:.1f}, fast "
-            f"{j.da_c:.1f}), {j.why}: kept {j.kept}'s replicas"
+            f"{m.name}: {human.plural(len(j.chains), 'chain')} over {human.plural(len(j.pool), 'pool node')}, {human.number(sum(j.full_p.values()))} tokens/s "
+            f"(search objective, fast mode: {human.number(j.res.depth_aware_capacity)}; compose's replicas: {human.number(j.full_c)}, fast "
+            f"{human.number(j.da_c)}), {j.why}: kept {j.kept}'s replicas"
         )
         objective, bound, gap = j.res.value, j.res.bound, j.res.gap
         if j.res.gap is None or j.res.gap > ir.solver.mip_gap:
@@ -437,7 +438,7 @@ def _composition(ir: Problem, reps: list[Replica], lp: dict[str, tuple[float, di
     for r in reps:
         counts[r.shape] = counts.get(r.shape, 0) + 1
     binding = (*comp.binding, Binding(kind="placement", used=scale, limit=None, unit="x demand",
-                                      text=f"placement: {len(reps)} replicas serve {scale:.4g}x the demand mix (compose: {comp.scale:.4g}x)"))
+                                      text=f"placement: {human.plural(len(reps), 'replica')} {'serves' if len(reps) == 1 else 'serve'} {human.number(scale)}x the demand mix (compose: {human.number(comp.scale)}x)"))
     return comp.model_copy(update={"counts": tuple(sorted(counts.items())), "rates": tuple(rates), "scale": scale, "binding": binding})
 
 

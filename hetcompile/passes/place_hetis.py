@@ -25,6 +25,7 @@ Paper: "Hetis: Serving LLMs in Heterogeneous GPU Clusters with Fine-grained and 
 
 from __future__ import annotations
 
+from hetcompile.ir import human
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -255,22 +256,22 @@ def to_ir(model: str, delta: float, records: list[_Record], chains: dict[str, Ch
             elif r.unsplittable:
                 lines.append(f"{what}, but no layer split of the others holds the model by placement's profiles: kept in")
             else:
-                lines.append(f"{what}, but the plan without them serves less ({r.served[1]:.4g}x vs "
-                             f"{r.served[0]:.4g}x the demand): kept in")
+                lines.append(f"{what}, but the plan without them serves less ({human.number(r.served[1])}x vs "
+                             f"{human.number(r.served[0])}x the demand): kept in")
         a = r.attention
         if a is not None:
             head = (f"as Hetis Attention workers (NOT deployable on vLLM 0.33: it cannot offload attention heads), "
                     f"the {a.gpus} left-out GPU(s) would hold {a.kv_tokens_with - a.kv_tokens:+,.0f} KV tokens")
             if a.offload_share > 0:
                 lines.append(f"{head} ({a.kv_tokens:,.0f} -> {a.kv_tokens_with:,.0f}) and take decode "
-                             f"{a.decode_tokens_per_s:.4g} -> {a.decode_tokens_per_s_with:.4g} tokens/s, offloading "
+                             f"{human.number(a.decode_tokens_per_s)} -> {human.number(a.decode_tokens_per_s_with)} tokens/s, offloading "
                              f"{100 * a.offload_share:.0f}% of the heads ({1e3 * a.transfer_s_per_layer:.3g} ms transfer "
                              f"per layer per step, eq. 4)")
             else:
                 lines.append(f"as Hetis Attention workers (NOT deployable on vLLM 0.33) they would not pay: over this "
                              f"link ({1e3 * a.link_latency_s:.3g} ms, {a.link_bandwidth / 1e9:.3g} GB/s) the per-layer "
                              f"transfer costs more than their KV and bandwidth give; decode stays "
-                             f"{a.decode_tokens_per_s:.4g} tokens/s")
+                             f"{human.number(a.decode_tokens_per_s)} tokens/s")
         kept = r.kept if r.applied else {**r.kept, **{lo.gpu: r.kept.get(lo.gpu, 0) + len(lo.units) for lo in r.left_out}}
         out.append(PrimaryWorkers(
             model=model, replica=rid, delta=delta, kept=tuple((g, n * tp) for g, n in sorted(kept.items()) if n),

@@ -50,6 +50,20 @@ def model_names() -> list[str]:
     return sorted({r["name"] for r in _model_rows().values()})
 
 
+def price_provenance(name: str) -> tuple[str, str] | None:
+    """(source, date checked) of catalog GPU `name`'s default price, or None."""
+    row = _gpu_rows().get(name.lower())
+    if row is None or row.get("price_per_hour") is None:
+        return None
+    return str(row.get("price_source") or "catalog"), str(row.get("price_as_of") or "undated")
+
+
+def gpu_spellings(name: str) -> list[str]:
+    """Every spelling of catalog GPU `name`: its name, aliases and SkyPilot name."""
+    row = _gpu_rows().get(name.lower())
+    return [] if row is None else [row["name"], *(row.get("aliases") or []), row.get("sky_name") or row["name"]]
+
+
 def all_gpu_spellings() -> list[str]:
     return sorted({k for k in _gpu_rows()})
 

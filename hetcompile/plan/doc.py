@@ -130,6 +130,60 @@ class PrimaryWorkers(Frozen):
     text: tuple[str, ...] = Field(default=(), description="what plan.md and explain say")
 
 
+class Marginal(Frozen):
+    """What relaxing one binding constraint by one step buys (a re-solve of compose, not a dual)."""
+
+    kind: Annotated[Literal["budget", "availability"], Field(description="the constraint relaxed")]
+    subject: Annotated[str | None, Field(description="the offer id for availability")] = None
+    step: Annotated[str, Field(description="the relaxation, in words: '+$4.40/h budget', '+1 node of <offer>'")]
+    step_per_hour: Annotated[float | None, Field(description="$/h the step adds to the budget (budget only)")] = None
+    scale_delta: Annotated[float, Field(description="change of theta (x the demand mix)")]
+    requests_per_s_delta: Annotated[float | None, Field(description="change of served req/s (workloads with rates)")] = None
+    text: str
+
+
+class WhatItWouldTake(Frozen):
+    """compose's what-if re-solves: the budget that serves the whole demand, and marginal values."""
+
+    full_demand_price_per_hour: Annotated[float | None, Field(
+        description="least $/h of a plan that meets every workload rate (min-cost re-solve without the budget); "
+                    "None when availability cannot meet it")] = None
+    max_scale_without_budget: Annotated[float | None, Field(
+        description="theta the offered GPUs reach with no budget (when they cannot meet every rate)")] = None
+    marginals: tuple[Marginal, ...] = ()
+    solves: Annotated[int, Field(description="re-solves made (bounded)")] = 0
+    text: tuple[str, ...] = ()
+
+
+class FrontierPoint(Frozen):
+    """One plan of compose's budget sweep: the best at that budget (max theta, then least cost)."""
+
+    budget_per_hour: Annotated[float, Field(description="the budget B_k it was solved at")]
+    price_per_hour: Annotated[float, Field(description="what that plan costs")]
+    scale: Annotated[float, Field(description="theta: x the demand mix served")]
+    requests_per_s: Annotated[float, Field(description="theta x total demand")]
+    tpot_s: Annotated[float | None, Field(description="rate-weighted mean TPOT of its replicas")] = None
+    this_plan: Annotated[bool, Field(description="the emitted plan's composition")] = False
+    pareto: Annotated[bool, Field(description="no other point serves more for no more $/h")] = True
+
+
+class RunnerUp(Frozen):
+    """The best plan without one of the shapes this plan uses, and why it lost."""
+
+    without: Annotated[str, Field(description="the shape id left out")]
+    label: str
+    price_per_hour: float | None = None
+    scale: float
+    requests_per_s: float
+    tpot_s: float | None = None
+    text: Annotated[str, Field(description="the runner-up and the one reason it lost, in words")]
+
+
+class Alternatives(Frozen):
+    frontier: tuple[FrontierPoint, ...] = ()
+    runners_up: tuple[RunnerUp, ...] = ()
+
+
 class Compiler(Frozen):
     name: Annotated[str, Field(description="always 'hetcompile'")] = "hetcompile"
     version: Annotated[str, Field(description="hetcompile version that wrote the plan")]
@@ -173,6 +227,15 @@ class PlanNode(Frozen):
     owned_gpus: Annotated[int, Field(description="of which owned (free per hour)")]
     owned: Annotated[bool, Field(description="every GPU is owned")]
     price_per_hour: Annotated[float, Field(description="$/h for the rented GPUs")]
+
+
+class PlanPrice(Frozen):
+    offer: Annotated[str, Field(description="'<region>/<GPU>x<gpus per node>'")]
+    gpu: str
+    region: str
+    cloud: str
+    price_per_gpu_hour: Annotated[float, Field(description="$ per GPU-hour the plan was costed with")]
+    source: Annotated[str, Field(description="'spec', or 'catalog default (<source>, checked <date>)'")]
 
 
 class PlanStage(Frozen):
@@ -268,3 +331,15 @@ class PlanDoc(Frozen):
                           "as attention workers (absent when selection changed nothing)"),
     ] = None
     next_replica: Annotated[int, Field(ge=0, le=999_999_999, description="replica ids r0 .. r{next_replica-1} are taken, in this plan or earlier ones")]
+    prices: Annotated[tuple[PlanPrice, ...], Field(description="every offer's price and where it came from")] = ()
+    warnings: Annotated[tuple[str, ...], Field(description="what the spec left to defaults ('file:line:col: text')")] = ()
+    what_it_would_take: Annotated[
+        WhatItWouldTake | None,
+        Field(description="max-throughput with rates: the least $/h that serves the whole demand, and what one more "
+                          "step of each binding constraint buys (compose re-solves)"),
+    ] = None
+    alternatives: Annotated[
+        Alternatives | None,
+        Field(description="max-throughput under a budget: the cost vs demand frontier of a budget sweep (this plan marked) "
+                          "and the best plans without each shape this plan uses (compose re-solves)"),
+    ] = None

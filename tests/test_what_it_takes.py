@@ -1,0 +1,130 @@
+"""What it would take (issue 20, item 2): the budget that serves the whole demand, marginal values
+of the binding constraints, and "what binds" naming the budget whenever more budget buys more.
+
+The budget-limited spec is llama70b-pp with enough nodes that only the budget binds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from hetcompile.backends.emit import artifacts
+from hetcompile.driver import compile_spec
+from hetcompile.plan.doc import Binding, Marginal, WhatItWouldTake
+from hetcompile.passes.compose_whatif import bindings_from_marginals
+
+BASE = (ROOT / "examples/llama70b-pp/spec.yaml").read_text()
+BUDGET_LIMITED = BASE.replace("max_nodes: 4, price: $1.42/h", "max_nodes: 16, price: $1.42/h") \
+                     .replace("max_nodes: 6, price: $1.10/h", "max_nodes: 24, price: $1.10/h")
+MIN_COST = re.sub(r"(?m)^budget: .*\n", "", BUDGET_LIMITED).replace("objective: max-throughput", "objective: min-cost")
+
+
+@lru_cache(maxsize=None)
+def _build(text: str, tmp: str) -> dict[str, str]:
+    path = Path(tmp) / f"spec-{abs(hash(text))}.yaml"
+    path.write_text(text)
+    return artifacts(compile_spec(path).ir)
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("what"))
+
+
+def test_budget_that_serves_all_demand_equals_the_min_cost_plan(tmp) -> None:
+    plan = json.loads(_build(BUDGET_LIMITED, tmp)["plan.json"])
+    assert plan["totals"]["scale"] < 1  # budget-limited: serves part of the demand
+    wt = plan["what_it_would_take"]
+    min_cost = json.loads(_build(MIN_COST, tmp)["plan.json"])
+    assert min_cost["totals"]["scale"] == pytest.approx(1.0)
+    assert wt["full_demand_price_per_hour"] == pytest.approx(min_cost["totals"]["price_per_hour"], abs=0.005)
+    md = _build(BUDGET_LIMITED, tmp)["plan.md"]
+    assert f"takes ${min_cost['totals']['price_per_hour']:.2f}/h at least, above the $40.00/h budget" in md
+    # the budget binds, and one more replica's worth of budget buys more requests/s
+    budget = [m for m in wt["marginals"] if m["kind"] == "budget"]
+    assert budget and budget[0]["requests_per_s_delta"] > 0 and budget[0]["step_per_hour"] > 0
+    assert any(b["kind"] == "budget" for b in plan["totals"]["binding"])
+
+
+def test_availability_limited_example_says_no_budget_serves_it() -> None:
+    plan = json.loads((ROOT / "tests/golden/llama70b-pp/plan.json").read_text())
+    wt = plan["what_it_would_take"]
+    assert wt["full_demand_price_per_hour"] is None
+    assert plan["totals"]["scale"] <= wt["max_scale_without_budget"] < 1
+    assert any(m["kind"] == "availability" and m["requests_per_s_delta"] > 0 for m in wt["marginals"])
+    # the budget's own marginal is zero here, and what binds says so instead of implying money helps
+    budget = next(b for b in plan["totals"]["binding"] if b["kind"] == "budget")
+    assert "alone buys nothing" in budget["text"]
+
+
+def test_re_solves_are_bounded() -> None:
+    for name in ("quickstart", "llama70b-pp", "hetis-cluster"):
+        wt = json.loads((ROOT / "tests/golden" / name / "plan.json").read_text())["what_it_would_take"]
+        assert 1 <= wt["solves"] <= 2 + 4  # full demand (+ no-budget fallback) + budget + at most 4 offers
+
+
+def test_budget_binds_when_more_budget_buys_more() -> None:
+    """The 'no further replica fits' test misses a budget whose leftover buys a replica that cannot
+    raise theta; the re-solve is the proof that it binds."""
+    gain = Marginal(kind="budget", step="+$1.00/h budget", step_per_hour=1.0, scale_delta=0.1,
+                    requests_per_s_delta=0.5, text="+$1.00/h budget buys +0.5 req/s")
+    out = bindings_from_marginals((), WhatItWouldTake(marginals=(gain,)), 9.0, 10.0)
+    assert [b.kind for b in out] == ["budget"] and "buys +0.5 req/s" in out[0].text
+    none = gain.model_copy(update={"scale_delta": 0.0, "text": "+$1.00/h budget alone buys nothing"})
+    had = (Binding(kind="budget", used=9.5, limit=10.0, unit="$/h", text="budget: no further replica fits"),)
+    out = bindings_from_marginals(had, WhatItWouldTake(marginals=(none,)), 9.5, 10.0)
+    assert len(out) == 1 and "alone buys nothing" in out[0].text
+
+
+# --------------------------------------------------------------------------- alternatives (item 1)
+
+
+def test_frontier_marks_this_plan_and_is_pareto(tmp) -> None:
+    plan = json.loads(_build(BUDGET_LIMITED, tmp)["plan.json"])
+    front = plan["alternatives"]["frontier"]
+    mine = [q for q in front if q["this_plan"]]
+    assert len(mine) == 1 and mine[0]["price_per_hour"] == pytest.approx(plan["totals"]["price_per_hour"], abs=0.005)
+    assert mine[0]["scale"] == pytest.approx(plan["totals"]["scale"], rel=1e-4)
+    assert 4 <= len(front) <= 7  # bounded sweep: 5 budget factors + the full-demand budget + this plan
+    # more budget never serves less, and the full-demand budget's point serves all of it
+    by_budget = sorted(front, key=lambda q: q["budget_per_hour"])
+    assert all(a["scale"] <= b["scale"] + 1e-6 for a, b in zip(by_budget, by_budget[1:]))
+    full = plan["what_it_would_take"]["full_demand_price_per_hour"]
+    assert any(abs(q["budget_per_hour"] - full) < 0.01 and q["scale"] >= 1 - 1e-6 for q in front)
+    for q in front:  # a point marked on the frontier is beaten by no other on both axes
+        if q["pareto"]:
+            assert not any(o["price_per_hour"] <= q["price_per_hour"] and o["scale"] > q["scale"] * (1 + 1e-6) for o in front)
+    md = _build(BUDGET_LIMITED, tmp)["plan.md"]
+    assert "## Alternatives" in md and "**this plan**" in md
+
+
+def test_runners_up_each_say_why_they_lost() -> None:
+    plan = json.loads((ROOT / "tests/golden/quickstart/plan.json").read_text())
+    runners = plan["alternatives"]["runners_up"]
+    assert 1 <= len(runners) <= 3
+    for r in runners:
+        assert r["scale"] <= plan["totals"]["scale"] + 1e-6  # compose's plan is optimal: a runner-up never serves more
+        assert r["text"].startswith("without ") and ("less" in r["text"] or "as much for" in r["text"] or "ties" in r["text"])
+    # the L4 pipelines' runner-up trades throughput for latency, and says so
+    l4 = next(r for r in runners if "L4" in r["without"] and "pp2" in r["without"])
+    assert "mean TPOT" in l4["text"] and l4["tpot_s"] < next(q for q in plan["alternatives"]["frontier"] if q["this_plan"])["tpot_s"]
+
+
+def test_build_line_states_what_all_demand_takes(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(BUDGET_LIMITED)
+    proc = subprocess.run([sys.executable, "-m", "hetcompile.cli", "build", str(spec), "-o", str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "  binds: budget:" in proc.stdout
+    assert re.search(r"  takes: Serving 100% of the demand .* takes \$\d+\.\d\d/h at least, above the \$40\.00/h budget",
+                     proc.stdout)
