@@ -17,6 +17,9 @@ import pytest
 
 from conftest import ROOT
 from hetcompile.explain import diff_plans, explain_plan
+from hetcompile.migrate.planner import plan_migration
+from hetcompile.plan.doc import PlanDoc
+from hetcompile.plan.io import check_plan_doc
 from hetcompile.explain.doc import Table, diff_doc, explanation_doc
 from hetcompile.explain.render import text
 
@@ -27,7 +30,11 @@ HUMAN_GOLDENS = sorted(
 PLANS = sorted(p.parent.name for p in ROOT.glob("tests/golden/*/plan.json"))
 
 
-def _plan(name: str) -> dict:
+def _plan(name: str) -> PlanDoc:
+    return check_plan_doc(_plan_json(name))
+
+
+def _plan_json(name: str) -> dict:
     return json.loads((ROOT / "tests/golden" / name / "plan.json").read_text())
 
 
@@ -68,11 +75,11 @@ def test_explain_text_fits_width_without_splitting_words(name: str, width: int) 
 
 
 def test_diff_text_has_people_names_and_no_exponent() -> None:
-    old = _plan("quickstart")
+    old = _plan_json("quickstart")
     new = json.loads(json.dumps(old))
     new["totals"]["tokens_per_dollar"] = old["totals"]["tokens_per_dollar"] * 0.9
     new["totals"]["price_per_hour"] = old["totals"]["price_per_hour"] + 1.5
-    doc = diff_doc(diff_plans(old, new))
+    doc = diff_doc(diff_plans(check_plan_doc(old), check_plan_doc(new), plan_migration))
     out = text(doc, width=80)
     assert "tokens per dollar" in out and "tokens_per_dollar" not in out
     assert "price_per_hour" not in out and "+$1.50/h" in out
