@@ -12,10 +12,11 @@ from importlib.metadata import PackageNotFoundError, version
 from hetcompile import __version__
 from hetcompile.ir.plan import (
     Compiler, EngineSettings, PassSummary, PlanDoc, PlanModel, PlanNode, PlanReplica, PlanStage, PlanWorkload,
-    ReplicaWorkload, Slo, Totals,
+    ReplicaWorkload, Slo, TailLatency, Totals,
 )
 from hetcompile.ir.problem import Problem, Replica
 from hetcompile.passes.solve import relative_gap
+from hetcompile.perf.tail import PERCENTILES, TailModel, percentile_name
 
 OBJECTIVE_UNIT = {
     "max-throughput": "x demand",
@@ -89,6 +90,7 @@ def totals(ir: Problem) -> Totals:
 def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
     est = r.estimate
     conc, bind, ttft, tpot = dict(est.concurrency), dict(est.binding), dict(est.ttft_s), dict(est.tpot_s)
+    full = dict(est.full_rps) or dict(est.throughput_rps)
     return PlanReplica(
         id=r.id, model=r.model, served_name=ir.model(r.model).served_name, shape=r.shape, dtype=r.dtype, mixed=r.mixed,
         tp=r.stages[0].tp, pp=len(r.stages), partition=tuple(s.layers for s in r.stages),
@@ -96,29 +98,72 @@ def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
                      for s in r.stages),
         kv_capacity_tokens=est.kv_capacity_tokens, prefill_tokens_per_s=est.prefill_tokens_per_s,
         decode_tokens_per_s=est.decode_tokens_per_s, estimate_source=est.source,
-        workloads={w: ReplicaWorkload(capacity_requests_per_s=rps, concurrency=conc[w], binding=bind[w],
-                                      ttft_s=ttft.get(w), tpot_s=tpot.get(w))
+        workloads={w: ReplicaWorkload(capacity_requests_per_s=full.get(w, rps), planned_max_requests_per_s=rps,
+                                      concurrency=conc[w], binding=bind[w], ttft_s=ttft.get(w), tpot_s=tpot.get(w))
                    for w, rps in est.throughput_rps},
         price_per_hour=replica_price_per_s(ir, r) * 3600, step_model=est.step_model,
     )
 
 
-def slo_doc(ir: Problem, w, weights: dict[str, float]) -> Slo:
-    """Target and prediction of one workload's SLO: the worst replica it is routed to."""
-    ttft, tpot = [], []
-    for r in ir.replicas:
-        if weights.get(r.id, 0.0) <= 0:
-            continue
-        est = r.estimate
-        ttft += [v for k, v in est.ttft_s if k == w.name]
-        tpot += [v for k, v in est.tpot_s if k == w.name]
-    pt, pp = (max(ttft) if ttft else None), (max(tpot) if tpot else None)
+class PlannedTails:
+    """Latency percentiles per workload at the plan's own load (perf/tail.py), worst routed replica.
+
+    Replica r gets lambda_{r,w} = served_w x weight_{r,w} / sum_r weight_{r,w} (the router's
+    weighted policy); its utilization rho_r = sum_w lambda_{r,w} / h_{r,w} (compose's linear mix),
+    and a workload on it is judged at rho_r x h_{r,w}, the same utilization of that workload alone."""
+
+    def __init__(self, ir: Problem, routing: dict[str, dict[str, float]], served: dict[str, float]) -> None:
+        self.ir, self.routing = ir, routing
+        self.ws = {w.name: w for w in ir.workloads}
+        self.rho: dict[str, float] = {}
+        for r in ir.replicas:
+            full = dict(r.estimate.full_rps) or dict(r.estimate.throughput_rps)
+            rho = 0.0
+            for w, weights in routing.items():
+                total = sum(weights.values())
+                lam = served.get(w, 0.0) * weights.get(r.id, 0.0) / total if total > 0 else 0.0
+                if lam > 0:
+                    rho += lam / full[w] if full.get(w, 0.0) > 0 else float("inf")
+            self.rho[r.id] = rho
+        self._models: dict[tuple[str, str], TailModel] = {}
+
+    def at(self, w: str, q: float) -> TailLatency | None:
+        wl = self.ws[w]
+        worst_ttft = worst_tpot = worst_rho = None
+        for r in self.ir.replicas:
+            if self.routing.get(w, {}).get(r.id, 0.0) <= 0 or r.estimate.step_model is None:
+                continue
+            key = (r.id, w)
+            if key not in self._models:
+                self._models[key] = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
+            tm = self._models[key]
+            p = tm.point(min(self.rho[r.id], 1.0) * tm.h_full, q)
+            worst_ttft = p.ttft_s if worst_ttft is None else max(worst_ttft, p.ttft_s)
+            worst_tpot = p.tpot_s if worst_tpot is None else max(worst_tpot, p.tpot_s)
+            worst_rho = self.rho[r.id] if worst_rho is None else max(worst_rho, self.rho[r.id])
+        if worst_ttft is None:
+            return None
+        finite = lambda x: x if x is not None and x < float("inf") else None  # noqa: E731
+        return TailLatency(percentile=percentile_name(q), ttft_s=finite(worst_ttft), tpot_s=finite(worst_tpot),
+                           utilization=worst_rho)
+
+
+def slo_doc(ir: Problem, w, tails: PlannedTails) -> Slo:
+    """Target, prediction (tail model at the planned load) and, when the build verified the plan,
+    the simulated percentile of one workload's SLO."""
+    pred = tails.at(w.name, w.slo_quantile)
+    pt, pp = (pred.ttft_s, pred.tpot_s) if pred is not None else (None, None)
+    ver = next((v for v in ir.verification.workloads if v.name == w.name), None) if ir.verification else None
     met = None
-    if pt is not None or pp is not None:
+    if ver is not None:
+        met = ver.met
+    elif pred is not None:
         eps = 1e-9
         met = ((w.ttft_slo is None or (pt is not None and pt <= w.ttft_slo * (1 + eps)))
                and (w.tpot_slo is None or (pp is not None and pp <= w.tpot_slo * (1 + eps))))
-    return Slo(ttft_s=w.ttft_slo, tpot_s=w.tpot_slo, predicted_ttft_s=pt, predicted_tpot_s=pp, met=met)
+    return Slo(ttft_s=w.ttft_slo, tpot_s=w.tpot_slo, percentile=percentile_name(w.slo_quantile), predicted_ttft_s=pt,
+               predicted_tpot_s=pp, simulated_ttft_s=ver.ttft_s if ver else None, simulated_tpot_s=ver.tpot_s if ver else None,
+               simulated_attainment=ver.attainment if ver else None, met=met)
 
 
 def next_replica(ir: Problem) -> int:
@@ -134,6 +179,7 @@ def plan_doc(ir: Problem) -> PlanDoc:
     for m in ir.routing.models:
         for c in m.classes:
             routing[c.name] = {w.replica: w.weight for w in c.weights}
+    tails = PlannedTails(ir, routing, served)
     return PlanDoc(
         compiler=Compiler(version=__version__, solver=solver_version()),
         plan=ir.name, spec_hash=ir.spec_hash,
@@ -142,7 +188,8 @@ def plan_doc(ir: Problem) -> PlanDoc:
         workloads=tuple(
             PlanWorkload(name=w.name, model=w.model, input_tokens=w.input_tokens, output_tokens=w.output_tokens,
                          demand=w.demand, demand_kind=w.demand_kind, served_requests_per_s=served[w.name],
-                         slo=slo_doc(ir, w, routing.get(w.name, {})) if (w.ttft_slo or w.tpot_slo) else None)
+                         slo=slo_doc(ir, w, tails) if (w.ttft_slo or w.tpot_slo) else None,
+                         predicted=tails.at(w.name, PERCENTILES["p99"]))
             for w in ir.workloads
         ),
         engine=EngineSettings(max_num_seqs=ir.engine.max_num_seqs, gpu_memory_utilization=ir.engine.gpu_memory_utilization,
@@ -156,6 +203,8 @@ def plan_doc(ir: Problem) -> PlanDoc:
                      for p in ir.reports),
         placement=ir.placements,
         primary_workers=ir.primary_workers or None,
+        max_utilization=ir.max_utilization,
+        verification=ir.verification,
         next_replica=next_replica(ir),
     )
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from hetcompile.ir.errors import InfeasibleError
 from hetcompile.ir.problem import Binding, Composition, PassReport, Problem
 from hetcompile.passes.base import Pass, PassContext
+from hetcompile.perf.tail import percentile_name
 from hetcompile.passes.compose_model import (
     ComposeSolution,
     ComposeTables,
@@ -111,13 +112,13 @@ def explain_unfit_model(ir: Problem, model: str) -> str:
 def _slo_text(w) -> str:
     parts = ([f"ttft {w.ttft_slo:g}s"] if w.ttft_slo is not None else []) + \
         ([f"tpot {w.tpot_slo * 1e3:g}ms"] if w.tpot_slo is not None else [])
-    return ", ".join(parts)
+    return ", ".join(parts) + f" at {percentile_name(w.slo_quantile)}"
 
 
 def slo_alternatives(ir: Problem, w) -> list[str]:
     """Catalog GPU types (one node, TP 1-8, PP 1-2) on which one replica would meet `w`'s SLO."""
     from hetcompile.perf import analytic, catalog
-    from hetcompile.perf.capacity import slo_capacity
+    from hetcompile.perf.tail import tail_capacity
 
     m = ir.model(w.model)
     out = []
@@ -134,7 +135,8 @@ def slo_alternatives(ir: Problem, w) -> list[str]:
                     continue
                 stages = [(g, tp, k, analytic.stage_kv_tokens(e, k, i == 0, i == d - 1)) for i, k in enumerate(part)]
                 rm = analytic.replica_model(m.arch, m.dtype_bytes, stages, 1e-4, 10e9, ir.engine.max_num_seqs)
-                if slo_capacity(rm, w.input_tokens, w.output_tokens, w.ttft_slo, w.tpot_slo).requests_per_s > 0:
+                if tail_capacity(rm, w.input_tokens, w.output_tokens, w.slo_quantile, w.ttft_slo, w.tpot_slo,
+                                 ir.max_utilization).requests_per_s > 0:
                     found = f"{name} (tp={tp}, pp={d})"
                     break
             if found:

@@ -18,6 +18,8 @@ class _Doc(BaseModel):
 
 class Percentiles(_Doc):
     p50: Annotated[float | None, Field(description="median, seconds (null: no sample)")] = None
+    p90: Annotated[float | None, Field(description="90th percentile, seconds (null: no sample)")] = None
+    p95: Annotated[float | None, Field(description="95th percentile, seconds (null: no sample)")] = None
     p99: Annotated[float | None, Field(description="99th percentile, seconds (null: no sample)")] = None
 
 
