@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 from hetcompile.ir.errors import InfeasibleError
 from hetcompile.ir.problem import Binding, Composition, PassReport, Problem
 from hetcompile.passes.base import Pass, PassContext
-from hetcompile.perf.tail import percentile_name
 from hetcompile.passes.compose_model import (
     ComposeSolution,
     ComposeTables,
@@ -35,6 +34,7 @@ from hetcompile.passes.compose_model import (
     solution_cost,
 )
 from hetcompile.passes.solve import SolveResult, SolverOptions, relative_gap, solve
+from hetcompile.perf.tail import percentile_name
 
 THETA_KEEP = 1 - 1e-6  # second stage keeps theta within this factor of the first stage's
 
@@ -392,6 +392,25 @@ def reported_objective(ir: Problem, t: ComposeTables, res: SolveResult, ratio: t
     return conv(res.objective), conv(res.bound)
 
 
+def slo_budget_error(ir: Problem, t: ComposeTables, run: SolveLog, theta: float) -> None:
+    """min-cost whose rates do not fit the budget while an SLO holds replicas below their full
+    load: the error points at that SLO and says what meeting it costs (the same MILP without the
+    budget) and what the replicas could carry without it. Returns when no SLO is involved."""
+    slo = [w for w in ir.workloads if w.ttft_slo is not None or w.tpot_slo is not None]
+    if not slo or t.budget is None:
+        return
+    _, free = _solve(replace(t, budget=None), run, "compose/min-cost-without-budget", "cost")
+    w = slo[0]
+    need = f"; meeting them costs {_per_h(free.cost)}" if free is not None else ""
+    raise InfeasibleError(
+        f"the SLO of workload {w.name!r} ({_slo_text(w)}) cannot be met at the spec's rates within budget "
+        f"{_per_h(t.budget)}: replicas sized for the tail serve {theta:.3g}x the demanded rates{need}",
+        ir.span(f"slo:{w.name}") or ir.span("budget"),
+        hint=(f"raise `budget` to {_per_h(free.cost)}" if free is not None else "offer more GPUs")
+        + ", loosen the target or choose a lower `percentile`, or lower the workload rates",
+    )
+
+
 class Compose(Pass):
     name = "compose"
     requires = ("shapes",)
@@ -407,6 +426,7 @@ class Compose(Pass):
             if sol is None:
                 best_res, best = _max_theta(ir, t, run) if res.status == "infeasible" else (res, None)
                 if best is not None:
+                    slo_budget_error(ir, t, run, best.theta)
                     raise InfeasibleError(
                         f"the workload rates cannot be met: the best plan within budget and availability serves "
                         f"{best.theta:.3g}x the demanded rates",
