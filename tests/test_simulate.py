@@ -314,18 +314,23 @@ def test_cli_warns_when_the_run_is_too_short_for_its_p99(tmp_path: Path) -> None
     out.mkdir()
     (out / "plan.json").write_text(TINY.read_text())
     runner = CliRunner()
-    # half the planned load: the queues settle in about a second, the p99 needs 1000 requests
-    short = runner.invoke(app, ["simulate", str(out), "--duration", "3s", "--load", "0.5"])
+    # the plan runs its replicas at the default headroom, 85% of capacity: --load L offers 0.85 L of it
+    half = f"{0.5 / 0.85:.6f}"
+    # half the capacity: the queues settle in about a second, the p99 needs 1000 requests
+    short = runner.invoke(app, ["simulate", str(out), "--duration", "3s", "--load", half])
     assert short.exit_code == 0, short.output
     assert "tail: a p99 needs >= 1000 completed requests per workload" in short.output
     assert "warning: p99 of workload 'long' comes from" in short.output  # 'short' arrives fast enough
     assert "warning: run --duration 11s or longer for a p99 to trust" in short.output
-    long = runner.invoke(app, ["simulate", str(out), "--duration", "20s", "--load", "0.5"])
+    long = runner.invoke(app, ["simulate", str(out), "--duration", "20s", "--load", half])
     assert long.exit_code == 0 and "--duration >= 11s" in long.output and "warning:" not in long.output
-    # at the planned load tiny-cpu's replicas are sized to their full capacity: no steady tail
-    full = runner.invoke(app, ["simulate", str(out), "--duration", "20s"])
-    assert "replica r0 is offered 100% of its capacity" in full.output
+    # at the planned load (85%) the queues settle: a 20 s run shows a steady p99
+    planned = runner.invoke(app, ["simulate", str(out), "--duration", "20s"])
+    assert "--duration >= 10s" in planned.output and "warning:" not in planned.output
+    # offered more than its capacity (1.2 x 85%), a replica has no steady tail
+    full = runner.invoke(app, ["simulate", str(out), "--duration", "20s", "--load", "1.2"])
+    assert "replica r0 is offered 102% of its capacity" in full.output
     assert "no duration shows a steady p99" in full.output
     # at 90% of it the queue settles over ~3 s (relaxation x 3): a 2 s warm-up understates the tail
-    near = runner.invoke(app, ["simulate", str(out), "--duration", "20s", "--load", "0.9"])
+    near = runner.invoke(app, ["simulate", str(out), "--duration", "20s", "--load", f"{0.9 / 0.85:.6f}"])
     assert "runs at 90.0% of its capacity" in near.output and "understates the tail" in near.output
