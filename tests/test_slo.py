@@ -185,4 +185,4 @@ def test_every_plan_states_p99_at_the_planned_load_and_keeps_headroom() -> None:
         for w in plan.workloads:
             if w.served_requests_per_s > 0:
                 assert w.predicted is not None and w.predicted.percentile == "p99", (d.name, w.name)
-                assert w.predicted.utilization <= plan.max_utilization * (1 + 1e-6), (d.name, w.name)
+                assert w.predicted.utilization <= plan.max_utilization * (1 + 1e-5), (d.name, w.name)  # 6 digits in plan.json

@@ -116,15 +116,17 @@ class PlannedTails:
         self.ir, self.routing = ir, routing
         self.ws = {w.name: w for w in ir.workloads}
         self.rho: dict[str, float] = {}
+        self.prompts: dict[str, list[tuple[float, float]]] = {}  # (req/s, prompt tokens) routed to each replica
         for r in ir.replicas:
             full = dict(r.estimate.full_rps) or dict(r.estimate.throughput_rps)
-            rho = 0.0
-            for w, weights in routing.items():
+            rho, flows = 0.0, []
+            for w, weights in sorted(routing.items()):
                 total = sum(weights.values())
                 lam = served.get(w, 0.0) * weights.get(r.id, 0.0) / total if total > 0 else 0.0
                 if lam > 0:
                     rho += lam / full[w] if full.get(w, 0.0) > 0 else float("inf")
-            self.rho[r.id] = rho
+                    flows.append((lam, self.ws[w].input_tokens))
+            self.rho[r.id], self.prompts[r.id] = rho, flows
         self._models: dict[tuple[str, str], TailModel] = {}
 
     def at(self, w: str, q: float) -> TailLatency | None:
@@ -137,7 +139,7 @@ class PlannedTails:
             if key not in self._models:
                 self._models[key] = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
             tm = self._models[key]
-            p = tm.point(min(self.rho[r.id], 1.0) * tm.h_full, q)
+            p = tm.point(min(self.rho[r.id], 1.0) * tm.h_full, q, self.prompts[r.id])
             worst_ttft = p.ttft_s if worst_ttft is None else max(worst_ttft, p.ttft_s)
             worst_tpot = p.tpot_s if worst_tpot is None else max(worst_tpot, p.tpot_s)
             worst_rho = self.rho[r.id] if worst_rho is None else max(worst_rho, self.rho[r.id])

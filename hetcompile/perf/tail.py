@@ -26,7 +26,9 @@ Notation (one replica, one workload of I prompt / O output tokens, Poisson arriv
                a prompt holds it S_p = I / P, rho_p = lambda S_p: an M/D/1 queue whose wait is about
                rho_p exp(-2 (1 - rho_p) t / S_p) beyond t (the exponential approximation of the
                M/G/1 wait with c_s^2 = 0: Kingman 1962; Abate, Choudhury & Whitt 1995), so
-               W_pre = S_p ln(rho_p / (1 - q))^+ / (2 (1 - rho_p))
+               W_pre = S_p ln(rho_p / (1 - q))^+ / (2 (1 - rho_p)); on a replica that serves several
+               workloads the queue is M/G/1 over all their prompts (prefill_wait): a short prompt
+               waits behind the long ones
     TTFT_q     chain_capacity's TTFT at n_q in flight (overhead, the step in progress, the prompt's
                chunks beside the others' decode) + max(W_adm, W_pre): the two queues are in series
                but rarely both long (a full KV admits a prompt at a time, so the chunk budget is
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -138,8 +141,10 @@ class TailModel:
             self._cache[key] = (e.ttft_s, e.tpot_s)
         return self._cache[key]
 
-    def point(self, rate: float, q: float) -> TailPoint:
-        """TTFT_q and TPOT_q at `rate` req/s (module docstring)."""
+    def point(self, rate: float, q: float, prompts: Sequence[tuple[float, float]] | None = None) -> TailPoint:
+        """TTFT_q and TPOT_q at `rate` req/s (module docstring). `prompts`: every (req/s, prompt
+        tokens) flow that shares the replica's chunk budget, this workload's included (default: this
+        workload alone at `rate`), for a replica that serves several workloads."""
         util = rate / self.h_full if self.h_full > 0 else math.inf
         nq = self.quantile_in_system(rate, q)
         if math.isinf(nq):
@@ -147,12 +152,26 @@ class TailModel:
         n = max(min(nq + 1.0, self.c_max), min(1.0, self.c_max))
         ttft, tpot = self._at(n)
         wait_slot = max(0.0, nq - self.c + 1.0) / self.h_full
-        service = self.I / self.prefill_rate
-        rho = rate * service
-        if rho >= 1.0:
+        wait_prefill = prefill_wait(prompts if prompts is not None else [(rate, self.I)], self.prefill_rate, q)
+        if math.isinf(wait_prefill):
             return TailPoint(rate, util, n, math.inf, tpot)
-        wait_prefill = service * max(0.0, math.log(rho / (1.0 - q))) / (2.0 * (1.0 - rho)) if rho > 0 else 0.0
         return TailPoint(rate, util, n, ttft + max(wait_slot, wait_prefill), tpot)
+
+
+def prefill_wait(prompts: Sequence[tuple[float, float]], prefill_tokens_per_s: float, q: float) -> float:
+    """W_pre at quantile q: the M/G/1 queue of prompts for the chunk budget (module docstring). With
+    flows (lambda_i, I_i): S_i = I_i / P, rho = sum lambda_i S_i, E[W] = sum lambda_i S_i^2 / (2 (1 - rho))
+    (Pollaczek-Khinchine), P(W > t) ~ rho exp(-rho t / E[W]), so W_q = E[W] / rho ln(rho / (1 - q))^+.
+    One flow: S ln(rho / (1 - q)) / (2 (1 - rho)), the M/D/1 form."""
+    if prefill_tokens_per_s <= 0:
+        return math.inf
+    rho = sum(lam * tokens / prefill_tokens_per_s for lam, tokens in prompts)
+    if rho >= 1.0:
+        return math.inf
+    if rho <= 1.0 - q or rho <= 0:
+        return 0.0
+    mean = sum(lam * (tokens / prefill_tokens_per_s) ** 2 for lam, tokens in prompts) / (2.0 * (1.0 - rho))
+    return mean / rho * math.log(rho / (1.0 - q))
 
 
 def _meets(p: TailPoint, ttft_target: float | None, tpot_target: float | None) -> bool:
