@@ -105,6 +105,9 @@ def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
     )
 
 
+SATURATED = 1.0 - 1e-4  # a replica planned this close to its full load has no steady tail
+
+
 class PlannedTails:
     """Latency percentiles per workload at the plan's own load (perf/tail.py), worst routed replica.
 
@@ -139,7 +142,9 @@ class PlannedTails:
             if key not in self._models:
                 self._models[key] = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
             tm = self._models[key]
-            p = tm.point(min(self.rho[r.id], 1.0) * tm.h_full, q, self.prompts[r.id])
+            # at full load (max_utilization 100%) no queue settles: no percentile to state (null)
+            rho = self.rho[r.id] if self.rho[r.id] < SATURATED else 1.0
+            p = tm.point(rho * tm.h_full, q, self.prompts[r.id])
             worst_ttft = p.ttft_s if worst_ttft is None else max(worst_ttft, p.ttft_s)
             worst_tpot = p.tpot_s if worst_tpot is None else max(worst_tpot, p.tpot_s)
             worst_rho = self.rho[r.id] if worst_rho is None else max(worst_rho, self.rho[r.id])
