@@ -56,10 +56,10 @@ def verify_by_simulation(ir0: Problem, res: PipelineResult, ctx: PassContext, lo
     for rounds in range(1, MAX_ROUNDS + 1):
         start = time.perf_counter()
         doc, ws, misses = verify(plan_doc(res.ir))
-        log(f"verify: round {rounds}: {sum(w.arrived for w in doc.workloads) if doc else 0} requests simulated in "
-            f"{time.perf_counter() - start:.3f}s" + ("".join(f"; {m.workload}: {_miss_text(m)}" for m in misses)))
         if doc is None:
-            return res
+            return res  # no SLO: the headroom alone, nothing to verify
+        log(f"verify: round {rounds}: {sum(w.arrived for w in doc.workloads)} requests simulated in "
+            f"{time.perf_counter() - start:.3f}s" + ("".join(f"; {m.workload}: {_miss_text(m)}" for m in misses)))
         if not misses:
             return PipelineResult(res.ir.model_copy(update={"verification": summary(doc, ws, rounds, factors)}), None, res.dumps)
         for m in misses:

@@ -109,7 +109,8 @@ SATURATED = 1.0 - 1e-4  # a replica planned this close to its full load has no s
 
 
 class PlannedTails:
-    """Latency percentiles per workload at the plan's own load (perf/tail.py), worst routed replica.
+    """Latency percentiles per workload at the plan's own load (perf/tail.py), worst routed replica
+    (`at`).
 
     Replica r gets lambda_{r,w} = served_w x weight_{r,w} / sum_r weight_{r,w} (the router's
     weighted policy); its utilization rho_r = sum_w lambda_{r,w} / h_{r,w} (compose's linear mix),
@@ -120,6 +121,7 @@ class PlannedTails:
         self.ws = {w.name: w for w in ir.workloads}
         self.rho: dict[str, float] = {}
         self.prompts: dict[str, list[tuple[float, float]]] = {}  # (req/s, prompt tokens) routed to each replica
+        self.rates: dict[tuple[str, str], float] = {}  # lambda_{r,w}
         for r in ir.replicas:
             full = dict(r.estimate.full_rps) or dict(r.estimate.throughput_rps)
             rho, flows = 0.0, []
@@ -129,24 +131,48 @@ class PlannedTails:
                 if lam > 0:
                     rho += lam / full[w] if full.get(w, 0.0) > 0 else float("inf")
                     flows.append((lam, self.ws[w].input_tokens))
+                    self.rates[(r.id, w)] = lam
             self.rho[r.id], self.prompts[r.id] = rho, flows
         self._models: dict[tuple[str, str], TailModel] = {}
 
-    def at(self, w: str, q: float) -> TailLatency | None:
-        wl = self.ws[w]
-        worst_ttft = worst_tpot = worst_rho = None
-        for r in self.ir.replicas:
-            if self.routing.get(w, {}).get(r.id, 0.0) <= 0 or r.estimate.step_model is None:
+    def _point(self, r, w: str, q: float):
+        key = (r.id, w)
+        if key not in self._models:
+            wl = self.ws[w]
+            self._models[key] = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
+        tm = self._models[key]
+        # at full load (max_utilization 100%) no queue settles: no percentile to state (null)
+        rho = self.rho[r.id] if self.rho[r.id] < SATURATED else 1.0
+        return tm.point(rho * tm.h_full, q, self.prompts[r.id])
+
+    def _tpot(self, r, q: float) -> float:
+        """TPOT_q on a replica: every sequence in it waits for the same steps, so the workloads it
+        serves share one TPOT, their tail models' mixed by the sequences each keeps in flight
+        (lambda_{r,w} x O_w)."""
+        num = den = 0.0
+        for w in sorted(self.routing):
+            if self.routing[w].get(r.id, 0.0) <= 0:
                 continue
-            key = (r.id, w)
-            if key not in self._models:
-                self._models[key] = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
-            tm = self._models[key]
-            # at full load (max_utilization 100%) no queue settles: no percentile to state (null)
-            rho = self.rho[r.id] if self.rho[r.id] < SATURATED else 1.0
-            p = tm.point(rho * tm.h_full, q, self.prompts[r.id])
+            weight = max(self.rates.get((r.id, w), 0.0), 1e-12) * self.ws[w].output_tokens
+            num += weight * self._point(r, w, q).tpot_s
+            den += weight
+        return num / den if den > 0 else float("inf")
+
+    def at(self, w: str, q: float) -> TailLatency | None:
+        """The worst routed replica's q-quantiles, over the replicas that take at least 1 - q of the
+        workload's requests: one that takes less cannot move the workload's q-quantile alone (its
+        requests are fewer than those beyond it), and judging the workload by a replica routed a
+        trace of it would state the tail of almost no request."""
+        weights = self.routing.get(w, {})
+        total = sum(weights.values())
+        routed = [r for r in self.ir.replicas if weights.get(r.id, 0.0) > 0 and r.estimate.step_model is not None]
+        big = [r for r in routed if total > 0 and weights[r.id] / total >= 1.0 - q]
+        worst_ttft = worst_tpot = worst_rho = None
+        for r in big or routed:
+            p = self._point(r, w, q)
+            tpot = self._tpot(r, q)
             worst_ttft = p.ttft_s if worst_ttft is None else max(worst_ttft, p.ttft_s)
-            worst_tpot = p.tpot_s if worst_tpot is None else max(worst_tpot, p.tpot_s)
+            worst_tpot = tpot if worst_tpot is None else max(worst_tpot, tpot)
             worst_rho = self.rho[r.id] if worst_rho is None else max(worst_rho, self.rho[r.id])
         if worst_ttft is None:
             return None
