@@ -7,7 +7,10 @@ search space contains the plan (compose, when its replicas are deployed as they 
 
 from __future__ import annotations
 
+import math
 from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
 
 from hetcompile import __version__
 from hetcompile.ir.plan import (
@@ -109,8 +112,8 @@ SATURATED = 1.0 - 1e-4  # a replica planned this close to its full load has no s
 
 
 class PlannedTails:
-    """Latency percentiles per workload at the plan's own load (perf/tail.py), worst routed replica
-    (`at`).
+    """Latency percentiles per workload at the plan's own load (perf/tail.py), over the replicas it
+    is routed to (`at`).
 
     Replica r gets lambda_{r,w} = served_w x weight_{r,w} / sum_r weight_{r,w} (the router's
     weighted policy); its utilization rho_r = sum_w lambda_{r,w} / h_{r,w} (compose's linear mix),
@@ -135,50 +138,83 @@ class PlannedTails:
             self.rho[r.id], self.prompts[r.id] = rho, flows
         self._models: dict[tuple[str, str], TailModel] = {}
 
-    def _point(self, r, w: str, q: float):
+    def _curve(self, r, w: str) -> list:
+        """The tail model's points of workload w on replica r at every quantile of P_GRID."""
         key = (r.id, w)
         if key not in self._models:
             wl = self.ws[w]
-            self._models[key] = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
-        tm = self._models[key]
-        # at full load (max_utilization 100%) no queue settles: no percentile to state (null)
-        rho = self.rho[r.id] if self.rho[r.id] < SATURATED else 1.0
-        return tm.point(rho * tm.h_full, q, self.prompts[r.id])
+            tm = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
+            # at full load (max_utilization 100%) no queue settles: no percentile to state (null)
+            rho = self.rho[r.id] if self.rho[r.id] < SATURATED else 1.0
+            self._models[key] = tm.points(rho * tm.h_full, [float(p) for p in P_GRID], self.prompts[r.id])
+        return self._models[key]
 
-    def _tpot(self, r, q: float) -> float:
-        """TPOT_q on a replica: every sequence in it waits for the same steps, so the workloads it
-        serves share one TPOT, their tail models' mixed by the sequences each keeps in flight
-        (lambda_{r,w} x O_w)."""
-        num = den = 0.0
+    def _tpot(self, r) -> np.ndarray:
+        """TPOT quantiles on a replica over P_GRID: every sequence in it waits for the same steps, so
+        the workloads it serves share one TPOT, their tail models' mixed by the sequences each keeps
+        in flight (lambda_{r,w} x O_w)."""
+        num, den = np.zeros(len(P_GRID)), 0.0
         for w in sorted(self.routing):
             if self.routing[w].get(r.id, 0.0) <= 0:
                 continue
             weight = max(self.rates.get((r.id, w), 0.0), 1e-12) * self.ws[w].output_tokens
-            num += weight * self._point(r, w, q).tpot_s
+            num += weight * np.array([p.tpot_s for p in self._curve(r, w)])
             den += weight
-        return num / den if den > 0 else float("inf")
+        return num / den if den > 0 else np.full(len(P_GRID), np.inf)
 
     def at(self, w: str, q: float) -> TailLatency | None:
-        """The worst routed replica's q-quantiles, over the replicas that take at least 1 - q of the
-        workload's requests: one that takes less cannot move the workload's q-quantile alone (its
-        requests are fewer than those beyond it), and judging the workload by a replica routed a
-        trace of it would state the tail of almost no request."""
+        """The workload's q-quantiles over all its requests: the router sends share s_r of them to
+        replica r, so P(T > t) = sum_r s_r P_r(T > t), with P_r from each replica's quantiles (the
+        tail model at its planned load on P_GRID); solved for P(T > t) = 1 - q (mixture_quantile)."""
         weights = self.routing.get(w, {})
         total = sum(weights.values())
-        routed = [r for r in self.ir.replicas if weights.get(r.id, 0.0) > 0 and r.estimate.step_model is not None]
-        big = [r for r in routed if total > 0 and weights[r.id] / total >= 1.0 - q]
-        worst_ttft = worst_tpot = worst_rho = None
-        for r in big or routed:
-            p = self._point(r, w, q)
-            tpot = self._tpot(r, q)
-            worst_ttft = p.ttft_s if worst_ttft is None else max(worst_ttft, p.ttft_s)
-            worst_tpot = tpot if worst_tpot is None else max(worst_tpot, tpot)
-            worst_rho = self.rho[r.id] if worst_rho is None else max(worst_rho, self.rho[r.id])
-        if worst_ttft is None:
+        routed = [(weights[r.id] / total, r) for r in self.ir.replicas
+                  if total > 0 and weights.get(r.id, 0.0) > 0 and r.estimate.step_model is not None]
+        if not routed:
             return None
+        ttft = mixture_quantile([(sr, np.array([p.ttft_s for p in self._curve(r, w)])) for sr, r in routed], q)
+        tpot = mixture_quantile([(sr, self._tpot(r)) for sr, r in routed], q)
         finite = lambda x: x if x is not None and x < float("inf") else None  # noqa: E731
-        return TailLatency(percentile=percentile_name(q), ttft_s=finite(worst_ttft), tpot_s=finite(worst_tpot),
-                           utilization=worst_rho)
+        return TailLatency(percentile=percentile_name(q), ttft_s=finite(ttft), tpot_s=finite(tpot),
+                           utilization=max(self.rho[r.id] for _, r in routed))
+
+
+# quantiles each replica's tail is tabulated at: 0, then 1 - 10^(-k/20) up to 1 - 1e-9 (dense in the tail)
+P_GRID = np.concatenate(([0.0], 1.0 - 10.0 ** (-np.arange(1, 181) / 20.0)))
+BISECTIONS = 60
+
+
+def mixture_quantile(parts: list[tuple[float, np.ndarray]], q: float) -> float:
+    """The q-quantile of a mixture: `parts` = (share s_r, the q-quantiles of part r on P_GRID).
+    P_r(T > t) = 1 - the largest grid p whose quantile is <= t; t solves sum_r s_r P_r(T > t) = 1 - q
+    by bisection between the parts' smallest and largest q-quantile. inf when no finite t does (a
+    saturated replica taking more than 1 - q of the requests)."""
+    curves = [(share, np.maximum.accumulate(np.asarray(v, dtype=float))) for share, v in parts]
+
+    def quantile(v: np.ndarray, p: float) -> float:
+        k = int(np.searchsorted(P_GRID, p - 1e-12))
+        return float(v[min(k, len(v) - 1)])
+
+    def beyond(t: float) -> float:
+        mass = 0.0
+        for share, v in curves:
+            k = int(np.searchsorted(v, t, side="right")) - 1
+            mass += share * (1.0 - (P_GRID[k] if k >= 0 else 0.0))
+        return mass
+
+    ends = [quantile(v, q) for _, v in curves]
+    if len(curves) == 1:
+        return ends[0]
+    finite = [e for e in ends if math.isfinite(e)]
+    if not finite:
+        return math.inf
+    lo, hi = min(finite), max(finite)
+    if beyond(hi) > 1.0 - q:
+        return math.inf if len(finite) < len(ends) else hi
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if beyond(mid) > 1.0 - q else (lo, mid)
+    return hi
 
 
 def slo_doc(ir: Problem, w, tails: PlannedTails) -> Slo:

@@ -90,9 +90,9 @@ class TailEstimate:
 
 
 class TailModel:
-    """The birth-death chain of one replica and workload (module docstring), built once: h(n) on a
-    geometric grid, log mu cumulated over n = 1..c, so each load costs one vector operation and two
-    chain_capacity calls."""
+    """The birth-death chain of one replica and workload (module docstring), built once: h(n), TTFT(n)
+    and TPOT(n) of chain_capacity on a geometric grid of n (interpolated between), log mu cumulated
+    over n = 1..c, so each load costs one vector operation."""
 
     def __init__(self, rm: ReplicaModel, input_tokens: float, output_tokens: float) -> None:
         self.rm, self.I, self.O = rm, input_tokens, output_tokens
@@ -101,21 +101,28 @@ class TailModel:
         self.h_full = self.full.requests_per_s
         self.c = max(1, int(math.floor(self.c_max + 1e-9)))
         grid = sorted({min(self.c_max, self.c_max ** (i / (GRID - 1))) for i in range(GRID)} | {min(1.0, self.c_max)})
-        hs = [chain_capacity(rm, input_tokens, output_tokens, max_concurrency=g).requests_per_s if g < self.c_max
-              else self.h_full for g in grid]
+        ests = [chain_capacity(rm, input_tokens, output_tokens, max_concurrency=g) if g < self.c_max else self.full
+                for g in grid]
+        hs = [e.requests_per_s for e in ests]
+        self._grid = np.asarray(grid, dtype=float)
+        self._ttft = np.asarray([e.ttft_s for e in ests], dtype=float)
+        self._tpot = np.asarray([e.tpot_s for e in ests], dtype=float)
         n = np.arange(1, self.c + 1, dtype=float)
         mu = np.interp(n, grid, hs)
         mu[-1] = self.h_full  # at c sequences the KV is as full as it gets: preemption included
         self.log_mu_cum = np.cumsum(np.log(np.maximum(mu, 1e-300)))
         self.prefill_rate = prefill_rate(rm)
-        self._cache: dict[float, tuple[float, float]] = {}
 
     def quantile_in_system(self, rate: float, q: float) -> float:
         """N_q: the q-quantile of the requests an arrival finds (inf when rate >= h_full)."""
+        return self.quantiles_in_system(rate, [q])[0]
+
+    def quantiles_in_system(self, rate: float, qs: Sequence[float]) -> list[float]:
+        """N_q for each q in qs, from one stationary distribution."""
         if rate <= 0:
-            return 0.0
+            return [0.0 for _ in qs]
         if rate >= self.h_full:
-            return math.inf
+            return [math.inf for _ in qs]
         n = np.arange(0, self.c + 1, dtype=float)
         logp = n * math.log(rate) - np.concatenate(([0.0], self.log_mu_cum))
         top = float(logp.max())
@@ -124,38 +131,46 @@ class TailModel:
         tail = float(p[-1]) * r / (1.0 - r)
         total = float(p.sum()) + tail
         cdf = np.cumsum(p) / total
-        k = int(np.searchsorted(cdf, q - 1e-12))
-        if k <= self.c:
-            return float(k)
-        # inside the geometric tail: P(N > c + k) = p_c r^(k + 1) / (1 - r) / total
-        beyond = 1.0 - q
         p_c = float(p[-1]) / total
-        k = math.log(beyond * (1.0 - r) / p_c) / math.log(r) - 1.0 if beyond * (1.0 - r) < p_c * r else 0.0
-        return self.c + max(0.0, math.ceil(k - 1e-9))
+        out = []
+        for q in qs:
+            k = int(np.searchsorted(cdf, q - 1e-12))
+            if k <= self.c:
+                out.append(float(k))
+                continue
+            # inside the geometric tail: P(N > c + k) = p_c r^(k + 1) / (1 - r)
+            beyond = 1.0 - q
+            k = math.log(beyond * (1.0 - r) / p_c) / math.log(r) - 1.0 if beyond * (1.0 - r) < p_c * r else 0.0
+            out.append(self.c + max(0.0, math.ceil(k - 1e-9)))
+        return out
 
     def _at(self, n: float) -> tuple[float, float]:
-        """(TTFT, TPOT) of chain_capacity with n sequences in flight."""
-        key = round(n, 9)
-        if key not in self._cache:
-            e = self.full if n >= self.c_max else chain_capacity(self.rm, self.I, self.O, max_concurrency=n)
-            self._cache[key] = (e.ttft_s, e.tpot_s)
-        return self._cache[key]
+        """(TTFT, TPOT) of chain_capacity with n sequences in flight, interpolated between the grid
+        points it was computed at (both are smooth in n; the grid's last point is full load)."""
+        return float(np.interp(n, self._grid, self._ttft)), float(np.interp(n, self._grid, self._tpot))
 
     def point(self, rate: float, q: float, prompts: Sequence[tuple[float, float]] | None = None) -> TailPoint:
         """TTFT_q and TPOT_q at `rate` req/s (module docstring). `prompts`: every (req/s, prompt
         tokens) flow that shares the replica's chunk budget, this workload's included (default: this
         workload alone at `rate`), for a replica that serves several workloads."""
+        return self.points(rate, [q], prompts)[0]
+
+    def points(self, rate: float, qs: Sequence[float], prompts: Sequence[tuple[float, float]] | None = None) -> list[TailPoint]:
+        """`point` at each quantile of qs (one stationary distribution for all)."""
         util = rate / self.h_full if self.h_full > 0 else math.inf
-        nq = self.quantile_in_system(rate, q)
-        if math.isinf(nq):
-            return TailPoint(rate, util, math.inf, math.inf, math.inf)
-        n = max(min(nq + 1.0, self.c_max), min(1.0, self.c_max))
-        ttft, tpot = self._at(n)
-        wait_slot = max(0.0, nq - self.c + 1.0) / self.h_full
-        wait_prefill = prefill_wait(prompts if prompts is not None else [(rate, self.I)], self.prefill_rate, q)
-        if math.isinf(wait_prefill):
-            return TailPoint(rate, util, n, math.inf, tpot)
-        return TailPoint(rate, util, n, ttft + max(wait_slot, wait_prefill), tpot)
+        flows = prompts if prompts is not None else [(rate, self.I)]
+        out = []
+        for q, nq in zip(qs, self.quantiles_in_system(rate, qs)):
+            if math.isinf(nq):
+                out.append(TailPoint(rate, util, math.inf, math.inf, math.inf))
+                continue
+            n = max(min(nq + 1.0, self.c_max), min(1.0, self.c_max))
+            ttft, tpot = self._at(n)
+            wait_slot = max(0.0, nq - self.c + 1.0) / self.h_full
+            wait_prefill = prefill_wait(flows, self.prefill_rate, q)
+            out.append(TailPoint(rate, util, n, ttft + max(wait_slot, wait_prefill) if math.isfinite(wait_prefill)
+                                 else math.inf, tpot))
+        return out
 
 
 def prefill_wait(prompts: Sequence[tuple[float, float]], prefill_tokens_per_s: float, q: float) -> float:
