@@ -82,7 +82,7 @@ def verify_by_simulation(ir0: Problem, res: PipelineResult, ctx: PassContext, lo
             ) from None
     w = misses[0].workload
     raise InfeasibleError(
-        f"the SLO of workload {w!r} is still missed after {MAX_ROUNDS} plans, each loading its replicas less "
+        f"the SLO of workload {w!r} is still missed after {MAX_ROUNDS} plan(s), each loading its replicas less "
         f"(now {factors.get(w, 1.0):.0%} of the tail model's load); simulated at the planned load: "
         + "; ".join(_miss_text(m) for m in misses if m.workload == w),
         ir0.span(f"slo:{w}"),

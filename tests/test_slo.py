@@ -186,3 +186,38 @@ def test_every_plan_states_p99_at_the_planned_load_and_keeps_headroom() -> None:
             if w.served_requests_per_s > 0:
                 assert w.predicted is not None and w.predicted.percentile == "p99", (d.name, w.name)
                 assert w.predicted.utilization <= plan.max_utilization * (1 + 1e-5), (d.name, w.name)  # 6 digits in plan.json
+
+
+def test_an_slo_the_simulation_keeps_missing_fails_at_its_line_with_what_would_hold(monkeypatch) -> None:
+    """The build's simulation judged against half the targets (so that chat-rag's plan misses them
+    whatever the capacity model's calibration) and one plan allowed: the build fails at the missed
+    SLO's line, quoting the simulated percentile and the loosest target that plan meets."""
+    from conftest import ROOT
+    from hetcompile.driver import compile_spec
+    from hetcompile.ir.errors import InfeasibleError
+    from hetcompile.simulate import verify
+
+    monkeypatch.setattr(verify, "MAX_ROUNDS", 1)
+    check = verify.check
+
+    def strict(plan, doc):
+        half = tuple(w.model_copy(update={"slo": w.slo.model_copy(update={"ttft_s": w.slo.ttft_s / 2, "tpot_s": w.slo.tpot_s / 2})})
+                     if w.slo is not None else w for w in plan.workloads)
+        return check(plan.model_copy(update={"workloads": half}), doc)
+
+    monkeypatch.setattr(verify, "check", strict)
+    with pytest.raises(InfeasibleError) as info:
+        compile_spec(ROOT / "examples/chat-rag/spec.yaml")
+    msg, text = str(info.value), (ROOT / "examples/chat-rag/spec.yaml").read_text()
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if "slo: {ttft: 2s" in l)
+    assert f"chat-rag/spec.yaml:{line}:" in msg and "still missed after 1 plan(s)" in msg
+    assert "p99" in msg and "loosen the target to what the plan reaches" in msg
+
+
+def test_tighten_steps_are_bounded() -> None:
+    from hetcompile.simulate.verify import TIGHTEN_MAX, TIGHTEN_MIN, Miss, tighten
+
+    out = tighten([Miss("a", "TTFT", "p99", 10.0, 1.0), Miss("b", "TPOT", "p99", 0.041, 0.040),
+                   Miss("b", "TTFT", "p99", 2.0, 1.5), Miss("c", "TTFT", "p99", float("inf"), 1.0)])
+    assert out == {"a": TIGHTEN_MIN, "b": 0.75, "c": TIGHTEN_MIN}
+    assert tighten([Miss("d", "TPOT", "p99", 0.0401, 0.04)]) == {"d": TIGHTEN_MAX}
