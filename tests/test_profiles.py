@@ -56,7 +56,9 @@ def test_fitted_coefficients_replace_the_step_model(tmp_path: Path) -> None:
     bare = rm.model_copy(update={"request_overhead_s": 0.0})
     for w in ir.workloads:
         e = chain_capacity(rm, w.input_tokens, w.output_tokens)
-        assert dict(est.throughput_rps)[w.name] == pytest.approx(e.requests_per_s, rel=1e-4)
+        assert dict(est.full_rps)[w.name] == pytest.approx(e.requests_per_s, rel=1e-4)
+        # the plan keeps the headroom below the fitted full-load capacity
+        assert dict(est.throughput_rps)[w.name] == pytest.approx(ir.max_utilization * e.requests_per_s, rel=1e-4)
         # the fitted per-request overhead r is charged once, before the first token
         assert dict(est.ttft_s)[w.name] == pytest.approx(chain_capacity(bare, w.input_tokens, w.output_tokens).ttft_s + COEFF["request_s"], rel=1e-4)
     assert shapes[2].estimate.source == "analytic"
@@ -93,7 +95,8 @@ def test_measured_throughput_still_wins_over_the_fit(tmp_path: Path) -> None:
     shapes = {s.pp: s for s in compile_spec(spec).ir.shapes}
     est = shapes[1].estimate
     assert est.source == "measured" and est.step_model.source == "fitted"
-    assert dict(est.throughput_rps)["short"] == pytest.approx(50.0)
+    assert dict(est.full_rps)["short"] == pytest.approx(50.0)
+    assert dict(est.throughput_rps)["short"] == pytest.approx(0.85 * 50.0)  # planned with the default headroom
     assert dict(est.binding) == {"short": "measured", "long": "max-num-seqs"}
     assert shapes[2].estimate.source == "analytic" and shapes[2].estimate.step_model.source == "analytic"
 

@@ -7,15 +7,19 @@ search space contains the plan (compose, when its replicas are deployed as they 
 
 from __future__ import annotations
 
+import math
 from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
 
 from hetcompile import __version__
 from hetcompile.plan.doc import (
     Compiler, EngineSettings, PassSummary, PlanDoc, PlanModel, PlanNode, PlanPrice, PlanReplica, PlanStage, PlanWorkload,
-    ReplicaWorkload, Slo, Totals,
+    ReplicaWorkload, Slo, TailLatency, Totals,
 )
 from hetcompile.ir.problem import Problem, Replica
 from hetcompile.opt.solve import relative_gap
+from hetcompile.perf.tail import PERCENTILES, TailModel, percentile_name
 
 OBJECTIVE_UNIT = {
     "max-throughput": "x demand",
@@ -89,6 +93,7 @@ def totals(ir: Problem) -> Totals:
 def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
     est = r.estimate
     conc, bind, ttft, tpot = dict(est.concurrency), dict(est.binding), dict(est.ttft_s), dict(est.tpot_s)
+    full = dict(est.full_rps) or dict(est.throughput_rps)
     return PlanReplica(
         id=r.id, model=r.model, served_name=ir.model(r.model).served_name, shape=r.shape, dtype=r.dtype, mixed=r.mixed,
         tp=r.stages[0].tp, pp=len(r.stages), partition=tuple(s.layers for s in r.stages),
@@ -96,29 +101,138 @@ def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
                      for s in r.stages),
         kv_capacity_tokens=est.kv_capacity_tokens, prefill_tokens_per_s=est.prefill_tokens_per_s,
         decode_tokens_per_s=est.decode_tokens_per_s, estimate_source=est.source,
-        workloads={w: ReplicaWorkload(capacity_requests_per_s=rps, concurrency=conc[w], binding=bind[w],
-                                      ttft_s=ttft.get(w), tpot_s=tpot.get(w))
+        workloads={w: ReplicaWorkload(capacity_requests_per_s=full.get(w, rps), planned_max_requests_per_s=rps,
+                                      concurrency=conc[w], binding=bind[w], ttft_s=ttft.get(w), tpot_s=tpot.get(w))
                    for w, rps in est.throughput_rps},
         price_per_hour=replica_price_per_s(ir, r) * 3600, step_model=est.step_model,
     )
 
 
-def slo_doc(ir: Problem, w, weights: dict[str, float]) -> Slo:
-    """Target and prediction of one workload's SLO: the worst replica it is routed to."""
-    ttft, tpot = [], []
-    for r in ir.replicas:
-        if weights.get(r.id, 0.0) <= 0:
-            continue
-        est = r.estimate
-        ttft += [v for k, v in est.ttft_s if k == w.name]
-        tpot += [v for k, v in est.tpot_s if k == w.name]
-    pt, pp = (max(ttft) if ttft else None), (max(tpot) if tpot else None)
+SATURATED = 1.0 - 1e-4  # a replica planned this close to its full load has no steady tail
+
+
+class PlannedTails:
+    """Latency percentiles per workload at the plan's own load (perf/tail.py), over the replicas it
+    is routed to (`at`).
+
+    Replica r gets lambda_{r,w} = served_w x weight_{r,w} / sum_r weight_{r,w} (the router's
+    weighted policy); its utilization rho_r = sum_w lambda_{r,w} / h_{r,w} (compose's linear mix),
+    and a workload on it is judged at rho_r x h_{r,w}, the same utilization of that workload alone."""
+
+    def __init__(self, ir: Problem, routing: dict[str, dict[str, float]], served: dict[str, float]) -> None:
+        self.ir, self.routing = ir, routing
+        self.ws = {w.name: w for w in ir.workloads}
+        self.rho: dict[str, float] = {}
+        self.prompts: dict[str, list[tuple[float, float]]] = {}  # (req/s, prompt tokens) routed to each replica
+        self.rates: dict[tuple[str, str], float] = {}  # lambda_{r,w}
+        for r in ir.replicas:
+            full = dict(r.estimate.full_rps) or dict(r.estimate.throughput_rps)
+            rho, flows = 0.0, []
+            for w, weights in sorted(routing.items()):
+                total = sum(weights.values())
+                lam = served.get(w, 0.0) * weights.get(r.id, 0.0) / total if total > 0 else 0.0
+                if lam > 0:
+                    rho += lam / full[w] if full.get(w, 0.0) > 0 else float("inf")
+                    flows.append((lam, self.ws[w].input_tokens))
+                    self.rates[(r.id, w)] = lam
+            self.rho[r.id], self.prompts[r.id] = rho, flows
+        self._models: dict[tuple[str, str], TailModel] = {}
+
+    def _curve(self, r, w: str) -> list:
+        """The tail model's points of workload w on replica r at every quantile of P_GRID."""
+        key = (r.id, w)
+        if key not in self._models:
+            wl = self.ws[w]
+            tm = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
+            # at full load (max_utilization 100%) no queue settles: no percentile to state (null)
+            rho = self.rho[r.id] if self.rho[r.id] < SATURATED else 1.0
+            self._models[key] = tm.points(rho * tm.h_full, [float(p) for p in P_GRID], self.prompts[r.id])
+        return self._models[key]
+
+    def _tpot(self, r) -> np.ndarray:
+        """TPOT quantiles on a replica over P_GRID: every sequence in it waits for the same steps, so
+        the workloads it serves share one TPOT, their tail models' mixed by the sequences each keeps
+        in flight (lambda_{r,w} x O_w)."""
+        num, den = np.zeros(len(P_GRID)), 0.0
+        for w in sorted(self.routing):
+            if self.routing[w].get(r.id, 0.0) <= 0:
+                continue
+            weight = max(self.rates.get((r.id, w), 0.0), 1e-12) * self.ws[w].output_tokens
+            num += weight * np.array([p.tpot_s for p in self._curve(r, w)])
+            den += weight
+        return num / den if den > 0 else np.full(len(P_GRID), np.inf)
+
+    def at(self, w: str, q: float) -> TailLatency | None:
+        """The workload's q-quantiles over all its requests: the router sends share s_r of them to
+        replica r, so P(T > t) = sum_r s_r P_r(T > t), with P_r from each replica's quantiles (the
+        tail model at its planned load on P_GRID); solved for P(T > t) = 1 - q (mixture_quantile)."""
+        weights = self.routing.get(w, {})
+        total = sum(weights.values())
+        routed = [(weights[r.id] / total, r) for r in self.ir.replicas
+                  if total > 0 and weights.get(r.id, 0.0) > 0 and r.estimate.step_model is not None]
+        if not routed:
+            return None
+        ttft = mixture_quantile([(sr, np.array([p.ttft_s for p in self._curve(r, w)])) for sr, r in routed], q)
+        tpot = mixture_quantile([(sr, self._tpot(r)) for sr, r in routed], q)
+        finite = lambda x: x if x is not None and x < float("inf") else None  # noqa: E731
+        return TailLatency(percentile=percentile_name(q), ttft_s=finite(ttft), tpot_s=finite(tpot),
+                           utilization=max(self.rho[r.id] for _, r in routed))
+
+
+# quantiles each replica's tail is tabulated at: 0, then 1 - 10^(-k/20) up to 1 - 1e-9 (dense in the tail)
+P_GRID = np.concatenate(([0.0], 1.0 - 10.0 ** (-np.arange(1, 181) / 20.0)))
+BISECTIONS = 60
+
+
+def mixture_quantile(parts: list[tuple[float, np.ndarray]], q: float) -> float:
+    """The q-quantile of a mixture: `parts` = (share s_r, the q-quantiles of part r on P_GRID).
+    P_r(T > t) = 1 - the largest grid p whose quantile is <= t; t solves sum_r s_r P_r(T > t) = 1 - q
+    by bisection between the parts' smallest and largest q-quantile. inf when no finite t does (a
+    saturated replica taking more than 1 - q of the requests)."""
+    curves = [(share, np.maximum.accumulate(np.asarray(v, dtype=float))) for share, v in parts]
+
+    def quantile(v: np.ndarray, p: float) -> float:
+        k = int(np.searchsorted(P_GRID, p - 1e-12))
+        return float(v[min(k, len(v) - 1)])
+
+    def beyond(t: float) -> float:
+        mass = 0.0
+        for share, v in curves:
+            k = int(np.searchsorted(v, t, side="right")) - 1
+            mass += share * (1.0 - (P_GRID[k] if k >= 0 else 0.0))
+        return mass
+
+    ends = [quantile(v, q) for _, v in curves]
+    if len(curves) == 1:
+        return ends[0]
+    finite = [e for e in ends if math.isfinite(e)]
+    if not finite:
+        return math.inf
+    lo, hi = min(finite), max(finite)
+    if beyond(hi) > 1.0 - q:
+        return math.inf if len(finite) < len(ends) else hi
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if beyond(mid) > 1.0 - q else (lo, mid)
+    return hi
+
+
+def slo_doc(ir: Problem, w, tails: PlannedTails) -> Slo:
+    """Target, prediction (tail model at the planned load) and, when the build verified the plan,
+    the simulated percentile of one workload's SLO."""
+    pred = tails.at(w.name, w.slo_quantile)
+    pt, pp = (pred.ttft_s, pred.tpot_s) if pred is not None else (None, None)
+    ver = next((v for v in ir.verification.workloads if v.name == w.name), None) if ir.verification else None
     met = None
-    if pt is not None or pp is not None:
+    if ver is not None:
+        met = ver.met
+    elif pred is not None:
         eps = 1e-9
         met = ((w.ttft_slo is None or (pt is not None and pt <= w.ttft_slo * (1 + eps)))
                and (w.tpot_slo is None or (pp is not None and pp <= w.tpot_slo * (1 + eps))))
-    return Slo(ttft_s=w.ttft_slo, tpot_s=w.tpot_slo, predicted_ttft_s=pt, predicted_tpot_s=pp, met=met)
+    return Slo(ttft_s=w.ttft_slo, tpot_s=w.tpot_slo, percentile=percentile_name(w.slo_quantile), predicted_ttft_s=pt,
+               predicted_tpot_s=pp, simulated_ttft_s=ver.ttft_s if ver else None, simulated_tpot_s=ver.tpot_s if ver else None,
+               simulated_attainment=ver.attainment if ver else None, met=met)
 
 
 def next_replica(ir: Problem) -> int:
@@ -134,6 +248,7 @@ def plan_doc(ir: Problem) -> PlanDoc:
     for m in ir.routing.models:
         for c in m.classes:
             routing[c.name] = {w.replica: w.weight for w in c.weights}
+    tails = PlannedTails(ir, routing, served)
     return PlanDoc(
         compiler=Compiler(version=__version__, solver=solver_version()),
         plan=ir.name, spec_hash=ir.spec_hash,
@@ -142,7 +257,8 @@ def plan_doc(ir: Problem) -> PlanDoc:
         workloads=tuple(
             PlanWorkload(name=w.name, model=w.model, input_tokens=w.input_tokens, output_tokens=w.output_tokens,
                          demand=w.demand, demand_kind=w.demand_kind, served_requests_per_s=served[w.name],
-                         slo=slo_doc(ir, w, routing.get(w.name, {})) if (w.ttft_slo or w.tpot_slo) else None)
+                         slo=slo_doc(ir, w, tails) if (w.ttft_slo or w.tpot_slo) else None,
+                         predicted=tails.at(w.name, PERCENTILES["p99"]))
             for w in ir.workloads
         ),
         engine=EngineSettings(max_num_seqs=ir.engine.max_num_seqs, gpu_memory_utilization=ir.engine.gpu_memory_utilization,
@@ -156,6 +272,8 @@ def plan_doc(ir: Problem) -> PlanDoc:
                      for p in ir.reports),
         placement=ir.placements,
         primary_workers=ir.primary_workers or None,
+        max_utilization=ir.max_utilization,
+        verification=ir.verification,
         next_replica=next_replica(ir),
         prices=tuple(PlanPrice(offer=o.id, gpu=o.gpu, region=o.region, cloud=o.cloud, price_per_gpu_hour=o.price_per_gpu_s * 3600,
                                source=o.price_source) for o in ir.offers),

@@ -31,6 +31,7 @@ from hetcompile.ir.spec import LayerProfileSpec, MeasuredProfile, Spec
 from hetcompile.ir.yaml_spans import SourceMap
 from hetcompile.ir import human
 from hetcompile.perf import catalog, clouds
+from hetcompile.perf.tail import DEFAULT_PERCENTILE, PERCENTILES
 
 PCIE4 = 32e9
 
@@ -187,7 +188,8 @@ def _workloads(spec: Spec, smap: SourceMap, models: set[str]) -> tuple[Workload,
             Workload(
                 name=w.name, model=w.model, input_tokens=float(w.input_tokens), output_tokens=float(w.output_tokens),
                 demand=float(d), demand_kind=kind, rate=w.rate,
-                ttft_slo=w.slo.ttft if w.slo else None, tpot_slo=w.slo.tpot if w.slo else None, match=match,
+                ttft_slo=w.slo.ttft if w.slo else None, tpot_slo=w.slo.tpot if w.slo else None,
+                slo_quantile=PERCENTILES[w.slo.percentile] if w.slo else PERCENTILES[DEFAULT_PERCENTILE], match=match,
             )
         )
     return tuple(sorted(out, key=lambda x: x.name))
@@ -410,6 +412,7 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
         ),
         measured=measured,
         measured_only=spec.estimates == "measured-only",
+        max_utilization=spec.max_utilization,
         placement=_placement(spec, smap, spec_path.parent, {m.name: m for m in models}, user),
         spans=_spans(spec, smap, offers),
         warnings=tuple(warnings),

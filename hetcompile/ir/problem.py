@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 from hetcompile.frozen import Frozen
 from hetcompile.ir.routing import RoutingTable
 from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
-from hetcompile.plan.doc import Alternatives, Binding, ModelPlacement, PrimaryWorkers, WhatItWouldTake
+from hetcompile.plan.doc import Alternatives, Binding, ModelPlacement, PrimaryWorkers, Verification, WhatItWouldTake
 from hetcompile.perf.stepmodel import ReplicaModel
 
 
@@ -44,6 +44,7 @@ class Workload(Frozen):
     rate: float | None = None
     ttft_slo: float | None = None
     tpot_slo: float | None = None
+    slo_quantile: Annotated[float, Field(gt=0, lt=1, description="q of the SLO's percentile (p99: 0.99)")] = 0.99
     match: dict = Field(default_factory=dict, description="router class rule (ClassMatch fields)")
 
 
@@ -149,7 +150,10 @@ class ShapeEstimate(Frozen):
     kv_capacity_tokens: int
     prefill_tokens_per_s: float
     decode_tokens_per_s: float
-    throughput_rps: tuple[tuple[str, float], ...] = Field(description="h_{c,w}: requests/s per workload")
+    throughput_rps: tuple[tuple[str, float], ...] = Field(
+        description="requests/s per workload the plan may load the replica with: max_utilization x h_{c,w}, or less "
+                    "where an SLO's percentile binds (perf/tail.py)")
+    full_rps: tuple[tuple[str, float], ...] = Field(default=(), description="h_{c,w}: requests/s at full load (perf/capacity.py)")
     concurrency: tuple[tuple[str, float], ...] = Field(description="C per workload (KV minimum, max_num_seqs)")
     binding: tuple[tuple[str, str], ...] = Field(description="which term bounds capacity per workload")
     ttft_s: tuple[tuple[str, float], ...] = ()
@@ -268,6 +272,10 @@ class PassReport(Frozen):
     notes: tuple[str, ...] = ()
 
 
+
+
+
+
 class Problem(Frozen):
     name: str
     spec_hash: str
@@ -283,6 +291,10 @@ class Problem(Frozen):
     engine: Engine
     measured: tuple[MeasuredShape, ...] = ()
     measured_only: bool = False
+    max_utilization: Annotated[float, Field(gt=0, le=1, description="headroom: most of h_{c,w} a replica is planned at")] = 0.85
+    tail_factors: tuple[tuple[str, float], ...] = Field(
+        default=(), description="per workload, the share of its tail-model load the build's simulation allowed (verify loop)")
+    verification: Verification | None = None
     placement: PlacementConfig = PlacementConfig()
     spans: tuple[tuple[str, str, int, int, str], ...] = Field(
         default=(), description="(key, file, line, col, text) of spec places later errors point at"

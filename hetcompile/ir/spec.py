@@ -54,6 +54,7 @@ Bytes = _unit(units.parse_bytes, "a size", "80GB", gt=0)
 Bandwidth = _unit(units.parse_bandwidth, "a bandwidth", "10Gbps", gt=0)
 Latency = _unit(units.parse_duration, "a latency", "1ms", ge=0)
 Duration = _unit(units.parse_duration, "a duration", "150ms", gt=0)
+LatencyTarget = _unit(units.parse_latency_target, "a latency target", "80ms", gt=0)
 StepTime = _unit(units.parse_duration, "a step time", "0.4ms", ge=0)
 PricePerHour = _unit(units.parse_price_per_hour, "a price", "$2.99/h", ge=0)
 Rate = _unit(units.parse_rate, "a rate", "4/s", gt=0)
@@ -113,8 +114,14 @@ class ModelSpec(_Spec):
 
 
 class SloSpec(_Spec):
-    ttft: Annotated[Duration | None, Field(default=None, description="time to first token target")] = None
-    tpot: Annotated[Duration | None, Field(default=None, description="time per output token target")] = None
+    """Latency targets that `percentile` of the workload's requests meet (default p99: almost every one)."""
+
+    ttft: Annotated[LatencyTarget | None, Field(default=None, description="time to first token target, e.g. 2s")] = None
+    tpot: Annotated[LatencyTarget | None, Field(default=None, description="time per output token target, e.g. 80ms")] = None
+    percentile: Annotated[
+        Literal["p50", "p90", "p95", "p99"],
+        Field(default="p99", description="share of requests each target holds for: p99 (default) means 99 in 100"),
+    ] = "p99"
 
 
 class HeaderMatchSpec(_Spec):
@@ -144,7 +151,8 @@ class WorkloadSpec(_Spec):
     share: Annotated[
         Share | None, Field(default=None, description="share of the traffic mix when no rate is given, in (0, 100%]")
     ] = None
-    slo: Annotated[SloSpec | None, Field(default=None, description="latency targets: compose sizes replicas so the predicted TTFT and p99 TPOT meet them")] = None
+    slo: Annotated[SloSpec | None, Field(default=None, description="latency targets at a percentile: replicas are sized so the "
+                                         "percentile of TTFT and TPOT meets them, and the build checks it by simulation")] = None
     match: Annotated[MatchSpec | None, Field(default=None, description="router classification rule")] = None
 
 
@@ -333,6 +341,10 @@ class Spec(_Spec):
     regions: Annotated[tuple[RegionSpec, ...], Field(min_length=1, description="where GPUs can be had")]
     network: Annotated[NetworkSpec, Field(default_factory=NetworkSpec, description="links between nodes")]
     budget: Annotated[PricePerHour | None, Field(default=None, description="$ per hour for the whole plan")] = None
+    max_utilization: Annotated[
+        Share, Field(default=0.85, description="headroom: no replica is planned past this share of its full-load capacity "
+                     "(queues grow without bound near 100%); SLO workloads may be held lower by their targets")
+    ] = 0.85
     objective: Annotated[Objective, Field(default="max-throughput", description="what to optimize")] = "max-throughput"
     solver: Annotated[SolverSpec, Field(default_factory=SolverSpec, description="solver settings")]
     engine: Annotated[EngineSpec, Field(default_factory=EngineSpec, description="vLLM settings")]

@@ -75,6 +75,16 @@ def parse_duration(value: object) -> float:
     return float(m.group(1)) * _TIME[m.group(2)]
 
 
+def parse_latency_target(value: object) -> float:
+    """'80ms' / '2s' -> seconds; a bare number is refused: '2' could be seconds or milliseconds, and
+    guessing wrong makes a target 1000x off."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise UnitError(f"a latency target needs a unit, got {value!r}: write e.g. '{value:g}s' or '{value:g}ms'")
+    if isinstance(value, str) and re.fullmatch(r"\s*" + _NUM + r"\s*", value):
+        raise UnitError(f"a latency target needs a unit, got {value!r}: write e.g. '{value.strip()}s' or '{value.strip()}ms'")
+    return parse_duration(value)
+
+
 def parse_price_per_hour(value: object) -> float:
     """'$2.99/h' / '2.99' / '$0.85/hr' / 0 -> dollars per hour (the spec's natural unit).
 

@@ -39,6 +39,7 @@ from hetcompile.passes.compose_model import (
     solution_cost,
 )
 from hetcompile.opt.solve import SolveResult, SolverOptions, relative_gap, solve
+from hetcompile.perf.tail import percentile_name
 
 THETA_KEEP = 1 - 1e-6  # second stage keeps theta within this factor of the first stage's
 
@@ -134,13 +135,13 @@ def explain_unfit_model(ir: Problem, model: str) -> str:
 def _slo_text(w) -> str:
     parts = ([f"ttft {w.ttft_slo:g}s"] if w.ttft_slo is not None else []) + \
         ([f"tpot {w.tpot_slo * 1e3:g}ms"] if w.tpot_slo is not None else [])
-    return ", ".join(parts)
+    return ", ".join(parts) + f" at {percentile_name(w.slo_quantile)}"
 
 
 def slo_alternatives(ir: Problem, w) -> list[str]:
     """Catalog GPU types (one node, TP 1-8, PP 1-2) on which one replica would meet `w`'s SLO."""
     from hetcompile.perf import analytic, catalog
-    from hetcompile.perf.capacity import slo_capacity
+    from hetcompile.perf.tail import tail_capacity
 
     m = ir.model(w.model)
     out = []
@@ -157,7 +158,8 @@ def slo_alternatives(ir: Problem, w) -> list[str]:
                     continue
                 stages = [(g, tp, k, analytic.stage_kv_tokens(e, k, i == 0, i == d - 1)) for i, k in enumerate(part)]
                 rm = analytic.replica_model(m.arch, m.dtype_bytes, stages, 1e-4, 10e9, ir.engine.max_num_seqs)
-                if slo_capacity(rm, w.input_tokens, w.output_tokens, w.ttft_slo, w.tpot_slo).requests_per_s > 0:
+                if tail_capacity(rm, w.input_tokens, w.output_tokens, w.slo_quantile, w.ttft_slo, w.tpot_slo,
+                                 ir.max_utilization).requests_per_s > 0:
                     found = f"{name} (tp={tp}, pp={d})"
                     break
             if found:
@@ -466,6 +468,25 @@ def reported_objective(ir: Problem, t: ComposeTables, res: SolveResult, ratio: t
     return conv(res.objective), conv(res.bound)
 
 
+def slo_budget_error(ir: Problem, t: ComposeTables, run: SolveLog, theta: float) -> None:
+    """min-cost whose rates do not fit the budget while an SLO holds replicas below their full
+    load: the error points at that SLO and says what meeting it costs (the same MILP without the
+    budget) and what the replicas could carry without it. Returns when no SLO is involved."""
+    slo = [w for w in ir.workloads if w.ttft_slo is not None or w.tpot_slo is not None]
+    if not slo or t.budget is None:
+        return
+    _, free = _solve(replace(t, budget=None), run, "compose/min-cost-without-budget", "cost")
+    w = slo[0]
+    need = f"; meeting them costs {_per_h(free.cost)}" if free is not None else ""
+    raise InfeasibleError(
+        f"the SLO of workload {w.name!r} ({_slo_text(w)}) cannot be met at the spec's rates within budget "
+        f"{_per_h(t.budget)}: replicas sized for the tail serve {theta:.3g}x the demanded rates{need}",
+        ir.span(f"slo:{w.name}") or ir.span("budget"),
+        hint=(f"raise `budget` to {_per_h(free.cost)}" if free is not None else "offer more GPUs")
+        + ", loosen the target or choose a lower `percentile`, or lower the workload rates",
+    )
+
+
 class Compose(Pass):
     name = "compose"
     requires = ("shapes",)
@@ -481,6 +502,7 @@ class Compose(Pass):
             if sol is None:
                 best_res, best = _max_theta(ir, t, run) if res.status == "infeasible" else (res, None)
                 if best is not None:
+                    slo_budget_error(ir, t, run, best.theta)
                     raise InfeasibleError(
                         f"the workload rates cannot be met: the best plan within budget and availability serves "
                         f"{human.number(best.theta, 3)}x the demanded rates",

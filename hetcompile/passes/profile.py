@@ -23,7 +23,8 @@ from __future__ import annotations
 from hetcompile.ir.problem import MeasuredShape, Offer, PerfEntry, Problem, Shape, ShapeEstimate
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.perf import analytic
-from hetcompile.perf.capacity import chain_capacity, slo_capacity
+from hetcompile.perf.capacity import chain_capacity
+from hetcompile.perf.tail import tail_capacity
 from hetcompile.perf.stepmodel import LayerCost, ReplicaModel
 
 EXTRA_DEPTH = 1
@@ -68,30 +69,39 @@ def estimate_shape(ir: Problem, model: str, offer: Offer, entry: PerfEntry, part
 
 
 def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
-    """Per-workload capacity of one replica model: chain_capacity, or slo_capacity when the workload
-    has SLOs (the SLO caps the load; 0 excludes the shape for that workload). The analytic and the
-    fitted step model both come through here, so a measured profile is SLO-capped too."""
-    rps, conc, bind, ttft, tpot = [], [], [], [], []
+    """Per-workload capacity of one replica model: h_{c,w} at full load (chain_capacity), and the
+    load the plan may put on it (perf/tail.py's tail_capacity): the headroom `max_utilization` x h,
+    or less where the workload's SLO percentile binds (0 excludes the shape for that workload), times
+    the share the build's simulation left it (`tail_factors`). The analytic and the fitted step model
+    both come through here, so a measured profile is sized for the tail too. ttft_s / tpot_s: the
+    full-load values for a workload without SLO, the SLO percentile's at the planned load with one."""
+    rps, full, conc, bind, ttft, tpot = [], [], [], [], [], []
+    factors = dict(ir.tail_factors)
     pre = dec = 0.0
     for w in (w for w in ir.workloads if w.model == model):
         e = chain_capacity(rm, w.input_tokens, w.output_tokens)
         pre, dec = max(pre, e.prefill_tokens_per_s), max(dec, e.decode_tokens_per_s)
+        full.append((w.name, e.requests_per_s))
+        factor = factors.get(w.name, 1.0)
         if w.ttft_slo is not None or w.tpot_slo is not None:
-            slo = slo_capacity(rm, w.input_tokens, w.output_tokens, w.ttft_slo, w.tpot_slo)
-            rps.append((w.name, slo.requests_per_s))
-            conc.append((w.name, slo.concurrency))
-            bind.append((w.name, f"{slo.binding}: {slo.reason}" if slo.reason else slo.binding))
-            ttft.append((w.name, slo.ttft_s))
-            tpot.append((w.name, slo.tpot_s))
+            t = tail_capacity(rm, w.input_tokens, w.output_tokens, w.slo_quantile, w.ttft_slo, w.tpot_slo,
+                              ir.max_utilization)
+            rps.append((w.name, t.requests_per_s * factor))
+            conc.append((w.name, t.concurrency))
+            b = "slo-" + t.binding.removeprefix("slo-") if t.binding != "headroom" else "slo-headroom"
+            bind.append((w.name, f"{b}: {t.reason}" if t.reason else b))
+            ttft.append((w.name, t.ttft_s))
+            tpot.append((w.name, t.tpot_s))
             continue
-        rps.append((w.name, e.requests_per_s))
+        rps.append((w.name, ir.max_utilization * e.requests_per_s * factor))
         conc.append((w.name, e.concurrency))
         bind.append((w.name, e.binding))
         ttft.append((w.name, e.ttft_s))
         tpot.append((w.name, e.tpot_s))
     return {
-        "throughput_rps": tuple(rps), "concurrency": tuple(conc), "binding": tuple(bind), "ttft_s": tuple(ttft),
-        "tpot_s": tuple(tpot), "prefill_tokens_per_s": pre, "decode_tokens_per_s": dec, "step_model": rm,
+        "throughput_rps": tuple(rps), "full_rps": tuple(full), "concurrency": tuple(conc), "binding": tuple(bind),
+        "ttft_s": tuple(ttft), "tpot_s": tuple(tpot), "prefill_tokens_per_s": pre, "decode_tokens_per_s": dec,
+        "step_model": rm,
     }
 
 
@@ -122,11 +132,16 @@ def apply_measured(ir: Problem, model: str, est: ShapeEstimate, meas: MeasuredSh
     measured = dict(meas.throughput)
     slo = {w.name for w in ir.workloads if w.ttft_slo is not None or w.tpot_slo is not None}
     # the measured number wins unless the workload's SLO caps the replica below it
-    wins = {w for w, v in est.throughput_rps if w in measured and not (w in slo and v < measured[w])}
-    rps = tuple((w, measured[w] if w in wins else v) for w, v in est.throughput_rps)
+    # (the measured h is a full-load number: the plan keeps the same headroom below it)
+    factors = dict(ir.tail_factors)
+    planned = {w: ir.max_utilization * v * factors.get(w, 1.0) for w, v in measured.items()}
+    wins = {w for w, v in est.throughput_rps if w in measured and not (w in slo and v < planned[w])}
+    rps = tuple((w, planned[w] if w in wins else v) for w, v in est.throughput_rps)
+    full = tuple((w, measured[w] if w in wins else v) for w, v in (est.full_rps or est.throughput_rps))
     return est.model_copy(
         update={
             "throughput_rps": rps,
+            "full_rps": full,
             "kv_capacity_tokens": meas.kv_capacity_tokens or est.kv_capacity_tokens,
             "prefill_tokens_per_s": meas.prefill_tokens_per_s or est.prefill_tokens_per_s,
             "decode_tokens_per_s": meas.decode_tokens_per_s or est.decode_tokens_per_s,

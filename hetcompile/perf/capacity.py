@@ -39,7 +39,7 @@ simulator, hetcompile/simulate/engine.py, replays exactly this):
            the prompts that arrived beside it (K' ~ Poisson(r), PASTA); R = E[tau^2] / (2 E[tau])
            over the step mix, the wait for the step in progress (length-biased; 0 on an idle
            replica, C <= 1). o_r: the per-request overhead; queueing for a slot or for the chunk
-           budget is the SLO pass's business, not this one's (bench/simulate_ttft.py)
+           budget, and the percentiles, are perf/tail.py's (bench/simulate_ttft.py)
 `fluid=True` is the earlier formula (every step carries b decode tokens and b I / O prompt tokens,
 no preemption, no waits), kept so the simulator's mechanics can be checked under its assumptions.
 
@@ -435,69 +435,4 @@ def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, 
         tpot_s=rm.depth * tau,
     )
 
-
-# --- SLO sizing -------------------------------------------------------------------------------
-# A replica meets a workload's SLO at a lower load than its full-load capacity:
-#   TPOT: the sequences in decode fluctuate around the mean C (Poisson arrivals: about Poisson(C));
-#         the p99-ish TPOT is the TPOT at C99 = C + Z99 sqrt(C) in flight, which must be <= target.
-#   TTFT: per-request overhead + the prompt's chunks (with the other sequences' decode tokens mixed
-#         in) + the wait for the prefill: an M/D/1 queue of service S (the prompt's step time) at
-#         utilization rho of the replica, W = rho S / (2 (1 - rho)). rho <= SLO_MAX_UTILIZATION.
-#   capacity h_slo = rho * X(C) / O, maximized over C on a fixed geometric grid (deterministic).
-Z99 = 2.33
-SLO_MAX_UTILIZATION = 0.9
-SLO_GRID = 48
-
-
-@dataclass(frozen=True)
-class SloEstimate:
-    """Capacity of one chain for one workload under its SLO (requests_per_s 0: cannot meet it)."""
-
-    requests_per_s: float
-    concurrency: float
-    ttft_s: float  # predicted, including queueing at rho
-    tpot_s: float  # predicted p99-ish (at C99)
-    utilization: float
-    binding: str  # "slo-tpot" | "slo-ttft" | "slo-unmeetable"
-    reason: str = ""
-
-
-def slo_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float,
-                 ttft_target: float | None, tpot_target: float | None) -> SloEstimate:
-    """The largest requests/s at which the chain's predicted TTFT and p99 TPOT meet the targets."""
-    c_max = concurrency(rm, input_tokens, output_tokens)
-    grid = sorted({min(c_max, c_max ** (i / (SLO_GRID - 1))) for i in range(SLO_GRID)} | {min(1.0, c_max)})
-    best: SloEstimate | None = None
-    first: tuple[float, float] | None = None  # (tpot p99, ttft) at the smallest C: what the reason quotes
-    for C in grid:
-        c99 = min(c_max, C + Z99 * math.sqrt(C))
-        tpot99 = chain_capacity(rm, input_tokens, output_tokens, max_concurrency=c99).tpot_s
-        est = chain_capacity(rm, input_tokens, output_tokens, max_concurrency=C)
-        service = est.ttft_s - rm.request_overhead_s - est.step_wait_s  # the prompt's own steps
-        if first is None:
-            first = (tpot99, est.ttft_s)
-        if tpot_target is not None and tpot99 > tpot_target:
-            break  # TPOT grows with C: larger C only gets worse
-        rho, bind = SLO_MAX_UTILIZATION, "slo-tpot" if tpot_target is not None else "slo-ttft"
-        if ttft_target is not None:
-            slack = ttft_target - est.ttft_s
-            if slack <= 0:
-                continue
-            rho_ttft = 2.0 * slack / (service + 2.0 * slack) if service > 0 else 1.0
-            if rho_ttft < rho:
-                rho, bind = rho_ttft, "slo-ttft"
-        wait = rho * service / (2.0 * (1.0 - rho))
-        h = rho * est.requests_per_s
-        if best is None or h > best.requests_per_s:
-            best = SloEstimate(requests_per_s=h, concurrency=C, ttft_s=est.ttft_s + wait, tpot_s=tpot99,
-                               utilization=rho, binding=bind)
-    if best is not None:
-        return best
-    tpot1, ttft1 = first if first is not None else (math.inf, math.inf)
-    why = []
-    if tpot_target is not None and tpot1 > tpot_target:
-        why.append(f"TPOT {tpot1 * 1e3:.0f} ms at one sequence > target {tpot_target * 1e3:.0f} ms")
-    if ttft_target is not None and ttft1 >= ttft_target:
-        why.append(f"TTFT {ttft1:.3g} s on an idle replica >= target {ttft_target:.3g} s")
-    return SloEstimate(requests_per_s=0.0, concurrency=0.0, ttft_s=ttft1, tpot_s=tpot1, utilization=0.0,
-                       binding="slo-unmeetable", reason="; ".join(why) or "no concurrency meets both targets")
+# SLO sizing (the load at which a percentile of TTFT and TPOT holds) and the headroom: perf/tail.py.

@@ -184,6 +184,29 @@ class Alternatives(Frozen):
     runners_up: tuple[RunnerUp, ...] = ()
 
 
+class VerifiedWorkload(Frozen):
+    """What the build's simulation measured for one SLO workload (simulate/verify.py)."""
+
+    name: str
+    percentile: str
+    ttft_s: float | None = Field(description="simulated TTFT at the SLO's percentile")
+    tpot_s: float | None = Field(description="simulated TPOT at the SLO's percentile")
+    attainment: float | None = Field(description="share of requests within every target")
+    met: bool
+    factor: float = Field(description="share of the tail model's load the plan was left with")
+
+
+class Verification(Frozen):
+    """The build's check of the plan by simulation: seeded, work-bounded (requests, not seconds)."""
+
+    seed: int
+    requests: int = Field(description="requests simulated in the last round")
+    duration_s: float
+    warmup_s: float
+    rounds: int = Field(description="plans simulated (1: the first plan held)")
+    workloads: tuple[VerifiedWorkload, ...]
+
+
 class Compiler(Frozen):
     name: Annotated[str, Field(description="always 'hetcompile'")] = "hetcompile"
     version: Annotated[str, Field(description="hetcompile version that wrote the plan")]
@@ -201,9 +224,23 @@ class PlanModel(Frozen):
 class Slo(Frozen):
     ttft_s: Annotated[float | None, Field(description="time-to-first-token target, seconds")] = None
     tpot_s: Annotated[float | None, Field(description="time-per-output-token target, seconds")] = None
-    predicted_ttft_s: Annotated[float | None, Field(description="predicted TTFT incl. queueing, worst routed replica")] = None
-    predicted_tpot_s: Annotated[float | None, Field(description="predicted p99-ish TPOT, worst routed replica")] = None
-    met: Annotated[bool | None, Field(description="every predicted value within its target (None: nothing routed)")] = None
+    percentile: Annotated[Literal["p50", "p90", "p95", "p99"], Field(description="share of requests the targets hold for")] = "p99"
+    predicted_ttft_s: Annotated[float | None, Field(description="TTFT at the percentile, tail model (perf/tail.py) at the planned load, worst routed replica")] = None
+    predicted_tpot_s: Annotated[float | None, Field(description="TPOT at the percentile, tail model at the planned load, worst routed replica")] = None
+    simulated_ttft_s: Annotated[float | None, Field(description="TTFT at the percentile in the build's simulation of the plan (null: not verified)")] = None
+    simulated_tpot_s: Annotated[float | None, Field(description="TPOT at the percentile in the build's simulation of the plan")] = None
+    simulated_attainment: Annotated[float | None, Field(description="share of the simulated requests within every target")] = None
+    met: Annotated[bool | None, Field(description="the build's simulation meets every target at the percentile (without one: "
+                                                 "every predicted value within its target; null: nothing routed)")] = None
+
+
+class TailLatency(Frozen):
+    """What a workload's requests should see at the plan's own load, at one percentile."""
+
+    percentile: Annotated[Literal["p50", "p90", "p95", "p99"], Field(description="which quantile")] = "p99"
+    ttft_s: Annotated[float | None, Field(description="time to first token, worst routed replica (perf/tail.py)")] = None
+    tpot_s: Annotated[float | None, Field(description="time per output token, worst routed replica")] = None
+    utilization: Annotated[float | None, Field(description="highest planned load / full-load capacity of a routed replica")] = None
 
 
 class PlanWorkload(Frozen):
@@ -215,6 +252,7 @@ class PlanWorkload(Frozen):
     demand_kind: Literal["rate", "requests", "share"]
     served_requests_per_s: Annotated[float, Field(description="theta * lambda_w: what the plan serves")]
     slo: Annotated[Slo | None, Field(description="the spec's SLO, if any")] = None
+    predicted: Annotated[TailLatency | None, Field(description="p99 TTFT and TPOT at the planned load (null: nothing routed)")] = None
 
 
 class PlanNode(Frozen):
@@ -248,10 +286,13 @@ class PlanStage(Frozen):
 
 class ReplicaWorkload(Frozen):
     capacity_requests_per_s: Annotated[float, Field(description="h_{c,w}: requests/s at full load on this workload alone")]
+    planned_max_requests_per_s: Annotated[
+        float | None, Field(description="the most requests/s of it the plan may route here: max_utilization x h, or less where "
+                                        "the SLO's percentile binds")] = None
     concurrency: Annotated[float, Field(description="C: sequences in flight (KV minimum, --max-num-seqs)")]
     binding: Annotated[str, Field(description="what bounds the capacity: bottleneck-stage, depth, max-num-seqs, measured, stage:<unit>, latency; for an SLO workload slo-tpot, slo-ttft or slo-unmeetable: <reason>")]
-    ttft_s: Annotated[float | None, Field(description="estimated time to first token, seconds")] = None
-    tpot_s: Annotated[float | None, Field(description="estimated time per output token at full load, seconds")] = None
+    ttft_s: Annotated[float | None, Field(description="estimated time to first token, seconds (an SLO workload: at its percentile and planned_max load)")] = None
+    tpot_s: Annotated[float | None, Field(description="estimated time per output token at full load, seconds (an SLO workload: as ttft_s)")] = None
 
 
 class PlanReplica(Frozen):
@@ -329,6 +370,10 @@ class PlanDoc(Frozen):
         tuple[PrimaryWorkers, ...] | None,
         Field(description="mixed pipelines: Hetis primary-worker selection per replica, GPUs left out and what they would add "
                           "as attention workers (absent when selection changed nothing)"),
+    ] = None
+    max_utilization: Annotated[float, Field(description="headroom: the most of its full-load capacity a replica is planned at")] = 0.85
+    verification: Annotated[
+        Verification | None, Field(description="the build's simulation of the plan at its planned load (null: no SLO to check)")
     ] = None
     next_replica: Annotated[int, Field(ge=0, le=999_999_999, description="replica ids r0 .. r{next_replica-1} are taken, in this plan or earlier ones")]
     prices: Annotated[tuple[PlanPrice, ...], Field(description="every offer's price and where it came from")] = ()

@@ -18,6 +18,8 @@ SIMULATION_FORMAT = "hetcompile-simulation/1"
 
 class Percentiles(Frozen):
     p50: Annotated[float | None, Field(description="median, seconds (null: no sample)")] = None
+    p90: Annotated[float | None, Field(description="90th percentile, seconds (null: no sample)")] = None
+    p95: Annotated[float | None, Field(description="95th percentile, seconds (null: no sample)")] = None
     p99: Annotated[float | None, Field(description="99th percentile, seconds (null: no sample)")] = None
 
 

@@ -109,7 +109,8 @@ def _pct(values: list[float]) -> Percentiles:
     if not values:
         return Percentiles()
     a = np.asarray(values)
-    return Percentiles(p50=float(np.percentile(a, 50)), p99=float(np.percentile(a, 99)))
+    p50, p90, p95, p99 = (float(x) for x in np.percentile(a, [50, 90, 95, 99]))
+    return Percentiles(p50=p50, p90=p90, p95=p95, p99=p99)
 
 
 def replica_sims(plan: PlanDoc) -> list[ReplicaSim]:

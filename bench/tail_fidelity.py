@@ -1,0 +1,85 @@
+"""Predicted p99 TTFT / TPOT in plan.json against an hour of simulation at the planned load.
+
+    .venv/bin/python bench/tail_fidelity.py [OUT_ROOT] [--duration 3600] [--seeds 0,1]
+
+Builds every example (examples/*/spec.yaml) into OUT_ROOT/<name> (default: a temporary folder),
+reads each workload's `predicted` p99 (perf/tail.py at the planned load, worst routed replica)
+and replays the plan with `hetcompile simulate`'s engine for --duration seconds of Poisson arrivals
+at the planned rates per seed. Prints per workload: predicted and simulated p99 of TTFT and TPOT,
+the relative error (simulated - predicted) / predicted, and whether it is within 25% (issue 18's
+done-criterion), plus the build time and the part of it the build's verification took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hetcompile.backends.emit import write  # noqa: E402
+from hetcompile.driver import compile_spec  # noqa: E402
+from hetcompile.plan.io import read_plan_doc  # noqa: E402
+from hetcompile.simulate import poisson_arrivals, simulate  # noqa: E402
+
+TOLERANCE = 0.25
+
+
+def _err(pred: float | None, sim: float | None) -> float | None:
+    if pred is None or sim is None or pred <= 0:
+        return None
+    return (sim - pred) / pred
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", default=None)
+    ap.add_argument("--duration", type=float, default=3600.0)
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--only", default="", help="comma-separated example names")
+    a = ap.parse_args()
+    out_root = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="tail-fidelity-"))
+    seeds = [int(s) for s in a.seeds.split(",")]
+    names = sorted(p.parent.name for p in (ROOT / "examples").glob("*/spec.yaml"))
+    if a.only:
+        names = [n for n in names if n in a.only.split(",")]
+    print(f"{'example':20} {'workload':10} {'seed':>4} {'util':>5} {'TTFT pred':>9} {'sim':>9} {'err':>7} "
+          f"{'TPOT pred':>9} {'sim':>9} {'err':>7} {'SLO att':>7}  within 25%")
+    ok = total = 0
+    for name in names:
+        logs: list[str] = []
+        t0 = time.perf_counter()
+        res = compile_spec(ROOT / "examples" / name / "spec.yaml", log=logs.append)
+        build_s = time.perf_counter() - t0
+        verify_s = sum(float(l.split(" in ")[1].split("s")[0]) for l in logs if l.startswith("verify:"))
+        out = out_root / name
+        write(res.ir, out)
+        plan = read_plan_doc(out / "plan.json")
+        pred = {w.name: w.predicted for w in plan.workloads}
+        if any(r.step_model is None for r in plan.replicas):
+            print(f"{name:20} (a replica without a step model: not simulated)")
+            continue
+        for seed in seeds:
+            doc = simulate(plan, poisson_arrivals(plan, a.duration, seed), a.duration, seed=seed)
+            for w in doc.workloads:
+                p = pred.get(w.name)
+                if p is None or w.arrived == 0:
+                    continue
+                e1, e2 = _err(p.ttft_s, w.ttft_s.p99), _err(p.tpot_s, w.tpot_s.p99)
+                good = all(e is not None and abs(e) <= TOLERANCE for e in (e1, e2))
+                ok, total = ok + good, total + 1
+                f = lambda x: "-" if x is None else f"{x:9.4g}"  # noqa: E731
+                g = lambda x: "-" if x is None else f"{100 * x:+6.0f}%"  # noqa: E731
+                att = "-" if w.slo_attainment is None else f"{100 * w.slo_attainment:6.2f}%"
+                print(f"{name:20} {w.name:10} {seed:4d} {p.utilization:5.2f} {f(p.ttft_s)} {f(w.ttft_s.p99)} {g(e1):>7} "
+                      f"{f(p.tpot_s)} {f(w.tpot_s.p99)} {g(e2):>7} {att:>7}  {'yes' if good else 'NO'}", flush=True)
+        print(f"{name:20} build {build_s:.1f}s, of which verification {verify_s:.1f}s", flush=True)
+    print(f"within {TOLERANCE:.0%} on both: {ok} of {total} (workload, seed) rows")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""Latency percentiles of a replica at a planned load, and the load at which a percentile SLO holds.
+
+perf/capacity.py gives what a replica does with n sequences in flight (throughput, TTFT, TPOT of
+the one capacity formula). This module adds the queueing around it: how many sequences an arriving
+request finds, how long it waits for a KV slot and for the chunk budget, and so the q-quantile of
+TTFT and TPOT at an offered load, not only their values at the mean (issue 18).
+
+Notation (one replica, one workload of I prompt / O output tokens, Poisson arrivals at lambda req/s):
+
+    C_max      concurrency(rm, I, O): KV slots (the KV minimum over stages, --max-num-seqs)
+    c          floor(C_max): requests that can be in flight; the next one waits for a slot
+    h(n)       requests/s completed with n sequences in flight: chain_capacity(max_concurrency=n)
+               for n < C_max, h_full = chain_capacity(rm, I, O) (KV full, preemption) from c on
+    N          requests in the replica (in flight + waiting for a slot): a birth-death chain with
+               births lambda and deaths mu(n) = h(min(n, C_max)), the capacity model's own
+               state-dependent service rate (Kleinrock, Queueing Systems vol. 1, §3.1):
+               pi(n) = pi(0) prod_{k=1..n} lambda / mu(k); past c a geometric tail of ratio
+               lambda / h_full. With mu(n) = n / T (infinite servers) it is Poisson(lambda T), the
+               sqrt(C) spread of the earlier Z99 rule; near C_max it also holds the admission queue.
+    N_q        the q-quantile of N as an arrival sees it (PASTA: the stationary pi)
+    n_q        min(N_q + 1, C_max): sequences in flight during its life (the others and itself)
+    TPOT_q     chain_capacity's TPOT (d tau) at n_q sequences in flight
+    W_adm      (N_q - c + 1)^+ / h_full: FCFS wait for a slot; the requests ahead leave at h_full
+    W_pre      prompts queue for the chunk budget, FCFS: a server of P prompt tokens/s when steps
+               are full of prompts (capacity.prefill_rate: full chunks through the slowest stage);
+               a prompt holds it S_p = I / P, rho_p = lambda S_p: an M/D/1 queue whose wait is about
+               rho_p exp(-2 (1 - rho_p) t / S_p) beyond t (the exponential approximation of the
+               M/G/1 wait with c_s^2 = 0: Kingman 1962; Abate, Choudhury & Whitt 1995), so
+               W_pre = S_p ln(rho_p / (1 - q))^+ / (2 (1 - rho_p)); on a replica that serves several
+               workloads the queue is M/G/1 over all their prompts (prefill_wait): a short prompt
+               waits behind the long ones
+    TTFT_q     chain_capacity's TTFT at n_q in flight (overhead, the step in progress, the prompt's
+               chunks beside the others' decode) + max(W_adm, W_pre): the two queues are in series
+               but rarely both long (a full KV admits a prompt at a time, so the chunk budget is
+               then idle); bench/tail_fidelity.py measures what this leaves out
+
+Sizing (`tail_capacity`): the largest lambda <= u_max h_full whose TTFT_q and TPOT_q meet the
+targets, by bisection on lambda (both grow with it) with a fixed number of steps: deterministic.
+u_max is the plan's headroom (`max_utilization`, DEFAULT_MAX_UTILIZATION): no plan loads a
+replica past it, SLO or not. The build then replays the plan in the simulator and tightens where
+this model was optimistic (simulate/verify.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from hetcompile.perf.capacity import chain_capacity, concurrency, prefill_rate
+from hetcompile.perf.stepmodel import ReplicaModel
+
+PERCENTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+DEFAULT_PERCENTILE = "p99"
+DEFAULT_MAX_UTILIZATION = 0.85  # the headroom every plan keeps: no replica planned past 85% of h_full
+GRID = 40  # points of h(n) computed exactly; the rest interpolated (h is smooth in n)
+BISECTIONS = 32
+TAIL_EPS = 1e-12  # mass of the geometric tail left out
+
+
+def percentile_name(q: float) -> str:
+    """0.99 -> 'p99'."""
+    return f"p{round(q * 100):d}"
+
+
+@dataclass(frozen=True)
+class TailPoint:
+    """Latency q-quantiles of one replica and workload at an offered load."""
+
+    requests_per_s: float  # lambda
+    utilization: float  # lambda / h_full
+    in_flight: float  # n_q
+    ttft_s: float  # TTFT_q (inf: the load is past what the replica can serve)
+    tpot_s: float  # TPOT_q
+
+
+@dataclass(frozen=True)
+class TailEstimate:
+    """The load a replica may carry for one workload under its headroom and percentile SLO."""
+
+    requests_per_s: float  # 0: the SLO cannot be met on this replica
+    concurrency: float  # n_q at that load
+    ttft_s: float  # TTFT_q at that load
+    tpot_s: float  # TPOT_q at that load
+    utilization: float  # requests_per_s / h_full
+    binding: str  # "headroom" | "slo-ttft" | "slo-tpot" | "slo-unmeetable"
+    reason: str = ""
+
+
+class TailModel:
+    """The birth-death chain of one replica and workload (module docstring), built once: h(n), TTFT(n)
+    and TPOT(n) of chain_capacity on a geometric grid of n (interpolated between), log mu cumulated
+    over n = 1..c, so each load costs one vector operation."""
+
+    def __init__(self, rm: ReplicaModel, input_tokens: float, output_tokens: float) -> None:
+        self.rm, self.I, self.O = rm, input_tokens, output_tokens
+        self.c_max = concurrency(rm, input_tokens, output_tokens)
+        self.full = chain_capacity(rm, input_tokens, output_tokens)
+        self.h_full = self.full.requests_per_s
+        self.c = max(1, int(math.floor(self.c_max + 1e-9)))
+        grid = sorted({min(self.c_max, self.c_max ** (i / (GRID - 1))) for i in range(GRID)} | {min(1.0, self.c_max)})
+        ests = [chain_capacity(rm, input_tokens, output_tokens, max_concurrency=g) if g < self.c_max else self.full
+                for g in grid]
+        hs = [e.requests_per_s for e in ests]
+        self._grid = np.asarray(grid, dtype=float)
+        self._ttft = np.asarray([e.ttft_s for e in ests], dtype=float)
+        self._tpot = np.asarray([e.tpot_s for e in ests], dtype=float)
+        n = np.arange(1, self.c + 1, dtype=float)
+        mu = np.interp(n, grid, hs)
+        mu[-1] = self.h_full  # at c sequences the KV is as full as it gets: preemption included
+        self.log_mu_cum = np.cumsum(np.log(np.maximum(mu, 1e-300)))
+        self.prefill_rate = prefill_rate(rm)
+
+    def quantile_in_system(self, rate: float, q: float) -> float:
+        """N_q: the q-quantile of the requests an arrival finds (inf when rate >= h_full)."""
+        return self.quantiles_in_system(rate, [q])[0]
+
+    def quantiles_in_system(self, rate: float, qs: Sequence[float]) -> list[float]:
+        """N_q for each q in qs, from one stationary distribution."""
+        if rate <= 0:
+            return [0.0 for _ in qs]
+        if rate >= self.h_full:
+            return [math.inf for _ in qs]
+        n = np.arange(0, self.c + 1, dtype=float)
+        logp = n * math.log(rate) - np.concatenate(([0.0], self.log_mu_cum))
+        top = float(logp.max())
+        p = np.exp(logp - top)
+        r = rate / self.h_full  # past c: pi(c + k) = pi(c) r^k
+        tail = float(p[-1]) * r / (1.0 - r)
+        total = float(p.sum()) + tail
+        cdf = np.cumsum(p) / total
+        p_c = float(p[-1]) / total
+        out = []
+        for q in qs:
+            k = int(np.searchsorted(cdf, q - 1e-12))
+            if k <= self.c:
+                out.append(float(k))
+                continue
+            # inside the geometric tail: P(N > c + k) = p_c r^(k + 1) / (1 - r)
+            beyond = 1.0 - q
+            k = math.log(beyond * (1.0 - r) / p_c) / math.log(r) - 1.0 if beyond * (1.0 - r) < p_c * r else 0.0
+            out.append(self.c + max(0.0, math.ceil(k - 1e-9)))
+        return out
+
+    def _at(self, n: float) -> tuple[float, float]:
+        """(TTFT, TPOT) of chain_capacity with n sequences in flight, interpolated between the grid
+        points it was computed at (both are smooth in n; the grid's last point is full load)."""
+        return float(np.interp(n, self._grid, self._ttft)), float(np.interp(n, self._grid, self._tpot))
+
+    def point(self, rate: float, q: float, prompts: Sequence[tuple[float, float]] | None = None) -> TailPoint:
+        """TTFT_q and TPOT_q at `rate` req/s (module docstring). `prompts`: every (req/s, prompt
+        tokens) flow that shares the replica's chunk budget, this workload's included (default: this
+        workload alone at `rate`), for a replica that serves several workloads."""
+        return self.points(rate, [q], prompts)[0]
+
+    def points(self, rate: float, qs: Sequence[float], prompts: Sequence[tuple[float, float]] | None = None) -> list[TailPoint]:
+        """`point` at each quantile of qs (one stationary distribution for all)."""
+        util = rate / self.h_full if self.h_full > 0 else math.inf
+        flows = prompts if prompts is not None else [(rate, self.I)]
+        out = []
+        for q, nq in zip(qs, self.quantiles_in_system(rate, qs)):
+            if math.isinf(nq):
+                out.append(TailPoint(rate, util, math.inf, math.inf, math.inf))
+                continue
+            n = max(min(nq + 1.0, self.c_max), min(1.0, self.c_max))
+            ttft, tpot = self._at(n)
+            wait_slot = max(0.0, nq - self.c + 1.0) / self.h_full
+            wait_prefill = prefill_wait(flows, self.prefill_rate, q)
+            out.append(TailPoint(rate, util, n, ttft + max(wait_slot, wait_prefill) if math.isfinite(wait_prefill)
+                                 else math.inf, tpot))
+        return out
+
+
+def prefill_wait(prompts: Sequence[tuple[float, float]], prefill_tokens_per_s: float, q: float) -> float:
+    """W_pre at quantile q: the M/G/1 queue of prompts for the chunk budget (module docstring). With
+    flows (lambda_i, I_i): S_i = I_i / P, rho = sum lambda_i S_i, E[W] = sum lambda_i S_i^2 / (2 (1 - rho))
+    (Pollaczek-Khinchine), P(W > t) ~ rho exp(-rho t / E[W]), so W_q = E[W] / rho ln(rho / (1 - q))^+.
+    One flow: S ln(rho / (1 - q)) / (2 (1 - rho)), the M/D/1 form."""
+    if prefill_tokens_per_s <= 0:
+        return math.inf
+    rho = sum(lam * tokens / prefill_tokens_per_s for lam, tokens in prompts)
+    if rho >= 1.0:
+        return math.inf
+    if rho <= 1.0 - q or rho <= 0:
+        return 0.0
+    mean = sum(lam * (tokens / prefill_tokens_per_s) ** 2 for lam, tokens in prompts) / (2.0 * (1.0 - rho))
+    return mean / rho * math.log(rho / (1.0 - q))
+
+
+def _meets(p: TailPoint, ttft_target: float | None, tpot_target: float | None) -> bool:
+    return (ttft_target is None or p.ttft_s <= ttft_target) and (tpot_target is None or p.tpot_s <= tpot_target)
+
+
+def tail_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, q: float = PERCENTILES[DEFAULT_PERCENTILE],
+                  ttft_target: float | None = None, tpot_target: float | None = None,
+                  max_utilization: float = DEFAULT_MAX_UTILIZATION, model: TailModel | None = None) -> TailEstimate:
+    """The largest req/s of the workload on this replica within the headroom whose q-quantile TTFT
+    and TPOT meet the targets (module docstring, "Sizing")."""
+    tm = model or TailModel(rm, input_tokens, output_tokens)
+    hi = max_utilization * tm.h_full
+    top = tm.point(hi, q)
+    if _meets(top, ttft_target, tpot_target):
+        return TailEstimate(hi, top.in_flight, top.ttft_s, top.tpot_s, top.utilization, "headroom")
+    low = tm.point(hi * 1e-6, q)
+    if not _meets(low, ttft_target, tpot_target):
+        why = []
+        if tpot_target is not None and low.tpot_s > tpot_target:
+            why.append(f"TPOT {low.tpot_s * 1e3:.0f} ms at one sequence > target {tpot_target * 1e3:.0f} ms")
+        if ttft_target is not None and low.ttft_s > ttft_target:
+            why.append(f"TTFT {low.ttft_s:.3g} s on an idle replica > target {ttft_target:.3g} s")
+        return TailEstimate(0.0, 0.0, low.ttft_s, low.tpot_s, 0.0, "slo-unmeetable", "; ".join(why))
+    lo, best = hi * 1e-6, low
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        p = tm.point(mid, q)
+        if _meets(p, ttft_target, tpot_target):
+            lo, best = mid, p
+        else:
+            hi = mid
+    over = tm.point(hi, q)  # just past the bound: which target it crosses
+    ttft_over = over.ttft_s / ttft_target if ttft_target is not None else 0.0
+    tpot_over = over.tpot_s / tpot_target if tpot_target is not None else 0.0
+    binding = "slo-ttft" if ttft_over >= tpot_over else "slo-tpot"
+    return TailEstimate(lo, best.in_flight, best.ttft_s, best.tpot_s, best.utilization, binding)
+
+
+def tail_at_load(rm: ReplicaModel, input_tokens: float, output_tokens: float, rate: float,
+                 q: float = PERCENTILES[DEFAULT_PERCENTILE]) -> TailPoint:
+    """TTFT_q and TPOT_q of one replica offered `rate` req/s of one workload."""
+    return TailModel(rm, input_tokens, output_tokens).point(rate, q)
