@@ -79,6 +79,21 @@ def engine_core(row: dict) -> str:
     return "v1" if hit and (int(hit.group(1)), int(hit.group(2))) >= (0, 8) else "v0"
 
 
+def engine_defaults(row: dict, gpu, max_len: int) -> tuple[int, int]:
+    """(max_num_seqs, prompt tokens per engine step) the row's engine ran with when not set.
+    V1 (vllm/engine/arg_utils.py get_batch_defaults): GPUs of >= 70 GiB other than A100 get 1024
+    sequences and 8192 batched tokens behind the OpenAI server (16384 in LLM.generate); others 256 and
+    2048 (8192). V0 (chunked prefill off below 32K context): a step prefills up to
+    max(max_model_len, 2048) tokens, 256 sequences."""
+    offline = row["mode"] in ("offline_batch", "static_batch")
+    if engine_core(row) == "v0":
+        return MAX_NUM_SEQS, max(2048, max_len)
+    big = gpu.memory >= 70 * 2**30 and not gpu.name.startswith("A100")
+    if big:
+        return 1024, 16384 if offline else 8192
+    return MAX_NUM_SEQS, 8192 if offline else 2048
+
+
 def _setting(row: dict, pattern: str, default):
     hit = re.search(pattern, str(row.get("settings") or "") + " " + str(row.get("note") or ""))
     return type(default)(hit.group(1)) if hit else default
@@ -122,16 +137,16 @@ def replica(row: dict, params: calibrate.Params | None = None, uncalibrated: boo
     tp, pp = int(row.get("tp") or 1), int(row.get("pp") or 1)
     util = _setting(row, r"gpu[-_ ]memory[-_ ]utilization[ =:]*(0\.\d+)", UTIL)
     max_len = min(arch.max_context, _setting(row, r"max[-_ ]model[-_ ]len[ =:]*(\d+)", 8192))
-    seqs = MAX_NUM_SEQS
+    seqs, chunk = engine_defaults(row, gpu, max_len)
     if row["mode"] == "offline_batch":  # LLM.generate / benchmark_throughput runs with the harness's cap
-        seqs = _setting(row, r"max[-_ ]num[-_ ]seqs[ =:]*(\d+)", MAX_NUM_SEQS)
+        seqs = _setting(row, r"max[-_ ]num[-_ ]seqs[ =:]*(\d+)", seqs)
     entry = analytic.perf_entry(row["model"], arch, 2, gpu, tp, util, max_len)
     part = analytic.balanced_partition(entry, arch.layers, pp, max_len)
     if part is None:
         raise DoesNotFit(f"{row['id']}: {row['model']} does not fit {pp} x {tp} {row['gpu']} at {util} memory utilization")
     stages = [(gpu, tp, k, analytic.stage_kv_tokens(entry, k, i == 0, i == pp - 1)) for i, k in enumerate(part)]
     rm = analytic.replica_model(arch, 2, stages, 5e-6, 64e9, seqs, ideal=uncalibrated)
-    update = {}
+    update = {"chunk_tokens": chunk}
     if params is not None and not uncalibrated:
         v0 = engine_core(row) == "v0"
         update = {"step_overhead_s": params.v0_step_overhead_s if v0 else params.step_overhead_s,
@@ -139,7 +154,7 @@ def replica(row: dict, params: calibrate.Params | None = None, uncalibrated: boo
                   "request_overhead_s": params.request_overhead_s}
     if row["mode"] in ("offline_batch", "static_batch"):
         update["request_overhead_s"] = 0.0  # no HTTP frontend in LLM.generate / benchmark_latency
-    return rm.model_copy(update=update) if update else rm
+    return rm.model_copy(update=update)
 
 
 # --- predictions ---------------------------------------------------------------------------------

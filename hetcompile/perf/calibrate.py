@@ -40,6 +40,7 @@ TTFT_WEIGHT = 0.5  # TTFT depends on the frontend and queueing the step model se
                    # pull the decode efficiencies away from the throughput/TPOT rows
 RIDGE = 0.05
 SOFT_L1 = 0.25
+FD_STEP = 0.02  # in log space (2%): the simulator's discrete steps make smaller differences noisy
 PRIOR_ETA = (0.8, 0.5)  # (eta_memory, eta_compute) the fit starts from and is pulled toward
 BOUNDS = {"eta": (0.2, 1.0), "o": (1e-4, 20e-3), "q": (1e-6, 500e-6), "r": (1e-4, 100e-3)}
 
@@ -116,8 +117,8 @@ def fit(res: Residuals, gpus: list[str], prior: Params, iterations: int = 12, ri
         J = np.empty((e.size, x.size))
         for i in range(x.size):
             z = x.copy()
-            z[i] += 1e-3
-            J[:, i] = (full(z) - e) / 1e-3
+            z[i] += FD_STEP
+            J[:, i] = (full(z) - e) / FD_STEP
         improved = False
         for _ in range(6):
             step = np.linalg.solve(J.T @ J + mu * np.diag(np.diag(J.T @ J) + 1e-9), -J.T @ e)
