@@ -180,12 +180,13 @@ def simulate(row: dict, rm: ReplicaModel, fast: bool = False) -> dict[str, float
     n, c = _load(row, fast)
     spread = 0.0 if str(row.get("dataset", "")).startswith("random") else SPREAD
     pairs = loadgen.lengths(n, float(row["input"]), float(row["output"]), spread, seed=0)
+    v0 = engine_core(row) == "v0"
     if row["mode"] == "closed_loop":
-        res = loadgen.closed_loop(rm, c, pairs)
+        res = loadgen.closed_loop(rm, c, pairs, prefill_first=v0)
     elif row["mode"] == "open_loop":
-        res = loadgen.open_loop(rm, float(row["rate"]), pairs, seed=0)
+        res = loadgen.open_loop(rm, float(row["rate"]), pairs, seed=0, prefill_first=v0)
     else:
-        res = loadgen.burst(rm, pairs)
+        res = loadgen.burst(rm, pairs, prefill_first=v0)
     return {"throughput": res.throughput, "tpot_ms": res.tpot_s * 1e3, "ttft_ms": res.ttft_s * 1e3}
 
 

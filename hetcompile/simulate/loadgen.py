@@ -19,7 +19,8 @@ clients from moving in lock-step waves).
 (first arrival to last completion), and the medians over requests of TTFT (arrival to first token),
 TPOT ((finish - first token) / (output - 1), requests with output > 1) and ITL (the mean gap between
 tokens over all tokens, as vLLM's ITL median over gaps is for a smooth stream).
-Deterministic: the same arguments give the same result.
+`prefill_first` replays vLLM's V0 scheduling (engine.ReplicaSim). Deterministic: the same arguments
+give the same result.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def _result(reqs: list[Request], end: float) -> LoadResult:
     return LoadResult(tokens / max(last - start, 1e-9), ttft, tpot, last - start, len(done))
 
 
-def _run(model: ReplicaModel, schedule, n: int, on_done=None) -> tuple[Driver, list[Request]]:
-    sim = ReplicaSim("r", model)
+def _run(model: ReplicaModel, schedule, n: int, on_done=None, prefill_first: bool = False) -> tuple[Driver, list[Request]]:
+    sim = ReplicaSim("r", model, prefill_first=prefill_first)
     reqs: list[Request] = []
     drv = Driver([sim], on_done=on_done)
     schedule(drv, reqs)
@@ -73,7 +74,7 @@ def _run(model: ReplicaModel, schedule, n: int, on_done=None) -> tuple[Driver, l
     return drv, reqs
 
 
-def closed_loop(model: ReplicaModel, c: int, pairs: list[tuple[int, int]]) -> LoadResult:
+def closed_loop(model: ReplicaModel, c: int, pairs: list[tuple[int, int]], prefill_first: bool = False) -> LoadResult:
     """len(pairs) requests from c clients that each send the next one when theirs finishes."""
     queue = list(enumerate(pairs))
     queue.reverse()
@@ -95,11 +96,12 @@ def closed_loop(model: ReplicaModel, c: int, pairs: list[tuple[int, int]]) -> Lo
         for _ in range(min(c, len(queue))):
             send(drv)
 
-    drv, _ = _run(model, schedule, len(pairs), on_done)
+    drv, _ = _run(model, schedule, len(pairs), on_done, prefill_first)
     return _result(reqs, drv.loop.now)
 
 
-def open_loop(model: ReplicaModel, rate: float, pairs: list[tuple[int, int]], seed: int = 0) -> LoadResult:
+def open_loop(model: ReplicaModel, rate: float, pairs: list[tuple[int, int]], seed: int = 0,
+              prefill_first: bool = False) -> LoadResult:
     """len(pairs) requests with Poisson arrivals at `rate` req/s (the first at t = 0)."""
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(pairs))
     times = np.concatenate([[0.0], np.cumsum(gaps[1:])])
@@ -109,11 +111,11 @@ def open_loop(model: ReplicaModel, rate: float, pairs: list[tuple[int, int]], se
         for r in reqs:
             drv.loop.at(r.arrival, drv.arrive, "r", r)
 
-    drv, _ = _run(model, schedule, len(pairs))
+    drv, _ = _run(model, schedule, len(pairs), prefill_first=prefill_first)
     return _result(reqs, drv.loop.now)
 
 
-def burst(model: ReplicaModel, pairs: list[tuple[int, int]]) -> LoadResult:
+def burst(model: ReplicaModel, pairs: list[tuple[int, int]], prefill_first: bool = False) -> LoadResult:
     """len(pairs) requests all arriving at t = 0."""
     reqs = [Request(i, "w", 0.0, inp, out) for i, (inp, out) in enumerate(pairs)]
 
@@ -121,5 +123,5 @@ def burst(model: ReplicaModel, pairs: list[tuple[int, int]]) -> LoadResult:
         for r in reqs:
             drv.arrive("r", r)
 
-    drv, _ = _run(model, schedule, len(pairs))
+    drv, _ = _run(model, schedule, len(pairs), prefill_first=prefill_first)
     return _result(reqs, drv.loop.now)

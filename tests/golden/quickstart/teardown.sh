@@ -15,10 +15,9 @@ down quickstart-r0
 down quickstart-r1
 down quickstart-r2
 down quickstart-r3
-down quickstart-r4
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "teardown FAILED for ${#failed[@]} cluster(s); they may still be running and billing:" >&2
   printf '  %s\n' "${failed[@]}" >&2
   exit 1
 fi
-echo "teardown: all 6 cluster(s) of plan quickstart are down"
+echo "teardown: all 5 cluster(s) of plan quickstart are down"
