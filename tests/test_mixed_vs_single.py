@@ -53,7 +53,7 @@ def build(tmp_path: Path, mode: str):
 def test_mixed_never_serves_less_than_single_type(tmp_path):
     single, plan_s, _ = build(tmp_path, "single-type")
     mixed, plan_m, md = build(tmp_path, "mixed")
-    assert single.composition.scale > 0.1  # the single-type plan serves something worth keeping
+    assert single.composition.scale > 0.05  # the single-type plan serves something worth keeping
     assert mixed.composition.scale >= single.composition.scale * (1 - 1e-6)
     # at no higher cost, on the same replicas: the chains did not beat them, so compose's stay
     assert sum(n.price_per_s for n in mixed.nodes) <= sum(n.price_per_s for n in single.nodes) * (1 + 1e-9)

@@ -103,14 +103,14 @@ def test_cli_prints_what_stability_cost(old, tmp_path):
 
 
 def test_previous_never_keeps_a_replica_that_serves_nothing(tmp_path: Path) -> None:
-    """min-cost, rates cut to a fifth, a churn penalty so high that tearing down looks dearer than
-    keeping: the model keeps the A100 replica with no rate routed to it. It would run with weight 0
-    and bill $3.67/h; the plan drops it and says so."""
+    """min-cost, rates cut to 1/120 and 1/20, a churn penalty so high that tearing down looks dearer
+    than keeping: the model keeps an A100 replica with no rate routed to it. It would run with
+    weight 0 and bill $3.67/h; the plan drops it and says so."""
     text = QUICKSTART.read_text().replace("objective: max-throughput", "objective: min-cost")
     a = tmp_path / "a.yaml"
     a.write_text(text)
     b = tmp_path / "b.yaml"
-    b.write_text(text.replace("rate: 6/s", "rate: 0.2/s").replace("rate: 1/s", "rate: 0.2/s"))
+    b.write_text(text.replace("rate: 6/s", "rate: 0.05/s").replace("rate: 1/s", "rate: 0.05/s"))
     old = tmp_path / "old"
     write(compile_spec(a).ir, old)
     ir = compile_spec(b, previous=old / "plan.json", churn_penalty=1.0).ir
