@@ -22,7 +22,6 @@ least capacity; the dips this forces are reported, step by step, in `dips`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from hetcompile.backends.canon import natural_key

@@ -45,9 +45,10 @@ from hetcompile.ir.problem import (
 )
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes import place_hetis
-from hetcompile.passes.place_problem import chain_estimate, chain_tokens_per_s, placement_problem
+from hetcompile.passes.place_problem import chain_estimate, placement_problem
 from hetcompile.passes.rates import max_scale
 from hetcompile.passes.solve import SolverOptions
+from hetcompile.placement.chain_model import full_tokens_per_s
 from hetcompile.placement.evaluate import chain_eval
 from hetcompile.placement.result import PlacementResult, StageUnit
 
@@ -248,7 +249,7 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
         ests_c = {rid: chain_estimate(ir, pp, u) for rid, u in units_c.items()}
         theta_c, _ = max_scale({k: dict(e.throughput_rps) for k, e in ests_c.items()}, demand, opts, name="place-rates")
         da_c = sum(chain_eval(pp, u).capacity for u in units_c.values())
-        full_c = sum(chain_tokens_per_s(pp, u) for u in units_c.values())
+        full_c = sum(full_tokens_per_s(pp, u) for u in units_c.values())
         chains = list(res.chains) if res is not None else []
         # Hetis primary-worker selection (seed 001 §4.1): units adding < delta leave their chain
         chains, hetis_recs = place_hetis.select_chains(ir, pp, chains, ws, {n.id: n for n in pool}, opts)
@@ -265,7 +266,7 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
                 rid_of[c.id] = same if same is not None and same not in in_use else fresh_rid(in_use)
                 in_use.add(rid_of[c.id])
         ests_p = {rid_of[c.id]: chain_estimate(ir, pp, c.stages) for c in chains}
-        full_p = {c.id: chain_tokens_per_s(pp, c.stages) for c in chains}
+        full_p = {c.id: full_tokens_per_s(pp, c.stages) for c in chains}
         theta_p, x_p = max_scale({k: dict(e.throughput_rps) for k, e in ests_p.items()}, demand, opts, name="place-rates")
         # what the single-type plan serves with this model's replicas, by the estimates it reports
         # (compose's): every replica except those a measured layer profile rules out

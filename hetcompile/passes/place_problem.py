@@ -30,7 +30,7 @@ from hetcompile.ir.problem import LayerProfile, Node, Problem, ShapeEstimate, Wo
 from hetcompile.passes.profile import workload_estimates
 from hetcompile.perf import analytic
 from hetcompile.perf.capacity import fluid_batch, fluid_rate
-from hetcompile.placement.chain_model import chain_model, full_tokens_per_s
+from hetcompile.placement.chain_model import chain_model
 from hetcompile.placement.evaluate import unit_profile
 from hetcompile.placement.problem import Link, ModelSpec, NodeGroup, PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
@@ -128,9 +128,3 @@ def chain_estimate(ir: Problem, p: PlacementProblem, stages: Sequence[StageUnit]
     return ShapeEstimate(kv_capacity_tokens=int(rm.kv_capacity_tokens),
                          source="analytic" if sources == {"analytic"} else "measured",
                          **workload_estimates(ir, p.model.name, rm))
-
-
-def chain_tokens_per_s(p: PlacementProblem, stages: Sequence[StageUnit]) -> float:
-    """Prompt + decode tokens/s of a chain at the model's mean workload, by the full mode: the
-    number placement's fast-mode value (evaluate.chain_eval) is reported beside."""
-    return full_tokens_per_s(p, stages)
