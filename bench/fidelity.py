@@ -60,6 +60,7 @@ def measured(row: dict) -> dict[str, float]:
     Output tok/s from an input+output figure is scaled by O / (I + O); a row with only ITL gives it
     as TPOT (vLLM's ITL median is the TPOT of a smooth stream)."""
     m, I, O = row["metrics"], float(row["input"]), float(row["output"])
+    m = {k: v for k, v in m.items() if k not in excluded(row)}
     out: dict[str, float] = {}
     if "throughput" in m:
         out["throughput"] = float(m["throughput"])
@@ -70,6 +71,21 @@ def measured(row: dict) -> dict[str, float]:
     if "ttft_ms" in m:
         out["ttft_ms"] = float(m["ttft_ms"])
     return out
+
+
+def excluded(row: dict) -> set[str]:
+    """Metrics of the row left out of every column, each with the source's reason written in the
+    data file (`excluded_metrics: {metric: reason}`); `tpot_ms` also drops `itl_ms`."""
+    ex = set(row.get("excluded_metrics") or {})
+    return ex | ({"itl_ms"} if "tpot_ms" in ex else set())
+
+
+def frontend(row: dict) -> bool:
+    """Whether requests reached the engine one by one through a frontend that charges the per-request
+    overhead r of perf/stepmodel.py: the OpenAI server, and the in-process AsyncLLMEngine of AccelMark's
+    online scenarios too (their unloaded TTFTs of 13-23 ms for a 0.5B model's 1 ms prefill say so);
+    not LLM.generate / benchmark_latency, which submit the whole batch before the first step."""
+    return row["mode"] not in ("offline_batch", "static_batch")
 
 
 def engine_core(row: dict) -> str:
@@ -151,9 +167,9 @@ def replica(row: dict, params: calibrate.Params | None = None, uncalibrated: boo
         v0 = engine_core(row) == "v0"
         update = {"step_overhead_s": params.v0_step_overhead_s if v0 else params.step_overhead_s,
                   "seq_overhead_s": params.v0_seq_overhead_s if v0 else params.seq_overhead_s,
-                  "request_overhead_s": params.request_overhead_s}
-    if row["mode"] in ("offline_batch", "static_batch"):
-        update["request_overhead_s"] = 0.0  # no HTTP frontend in LLM.generate / benchmark_latency
+                  "request_overhead_s": params.v0_request_overhead_s if v0 else params.request_overhead_s}
+    if not frontend(row):
+        update["request_overhead_s"] = 0.0  # the batch is submitted before the first step
     return rm.model_copy(update=update)
 
 
@@ -216,7 +232,8 @@ def catalog_params(rows: list[dict]) -> calibrate.Params:
     return calibrate.Params(eta=eta, step_overhead_s=analytic.STEP_OVERHEAD_S, seq_overhead_s=analytic.SEQ_OVERHEAD_S,
                             request_overhead_s=analytic.REQUEST_OVERHEAD_S,
                             v0_step_overhead_s=cal.get("v0_step_overhead_s", 2e-3),
-                            v0_seq_overhead_s=cal.get("v0_seq_overhead_s", 100e-6))
+                            v0_seq_overhead_s=cal.get("v0_seq_overhead_s", 100e-6),
+                            v0_request_overhead_s=cal.get("v0_request_overhead_s", cal["request_overhead_s"]))
 
 
 def logo_params(params: calibrate.Params, gpu: str) -> calibrate.Params:
@@ -282,7 +299,7 @@ def fit(rows: list[dict]) -> calibrate.Params:
         out = []
         for r in train:
             key = (r["id"], p.eta[r["gpu"]], p.step_overhead_s, p.seq_overhead_s, p.request_overhead_s,
-                   p.v0_step_overhead_s, p.v0_seq_overhead_s)
+                   p.v0_step_overhead_s, p.v0_seq_overhead_s, p.v0_request_overhead_s)
             if key not in cache:
                 cache[key] = simulate(r, replica(r, p), fast=True)
             pred = cache[key]
@@ -321,6 +338,7 @@ def write_fit(p: calibrate.Params, rows: list[dict]) -> None:
         "request_overhead_s": float(f"{p.request_overhead_s:.3g}"),
         "v0_step_overhead_s": float(f"{p.v0_step_overhead_s:.3g}"),
         "v0_seq_overhead_s": float(f"{p.v0_seq_overhead_s:.3g}"),
+        "v0_request_overhead_s": float(f"{p.v0_request_overhead_s:.3g}"),
         "eta_memory_default": round(statistics.median(ems), 3),
         "eta_compute_default": round(statistics.median(ecs), 3),
     }
@@ -344,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         write_fit(p, rows)
         print("fitted:", json.dumps({"eta": {g: [round(a, 3), round(b, 3)] for g, (a, b) in p.eta.items()},
                                      "o": p.step_overhead_s, "q": p.seq_overhead_s, "r": p.request_overhead_s,
-                                     "o_v0": p.v0_step_overhead_s, "q_v0": p.v0_seq_overhead_s}))
+                                     "o_v0": p.v0_step_overhead_s, "q_v0": p.v0_seq_overhead_s,
+                                     "r_v0": p.v0_request_overhead_s}))
         print("rerun without --fit to report with the new catalog")
         return 0
     cols = evaluate(rows)
