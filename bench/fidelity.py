@@ -386,6 +386,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table({n: {m: [x for x in c[m] if x[0] in big] for m in METRICS} for n, c in cols.items()}))
     for reason in left_out:
         print(f"left out: {reason}")
+    ex: dict[str, list[str]] = {}
+    for r in rows:
+        for m in sorted(r.get("excluded_metrics") or {}):
+            ex.setdefault(m, []).append(r["id"])
+    for m, ids in sorted(ex.items()):
+        print(f"excluded: {m} of {len(ids)} rows ({ids[0]} ...), each with its source's reason in the data file")
     print("per GPU, held-out rows (all metrics pooled): median (n)")
     for g in sorted({r["gpu"] for r in held}):
         ids = {r["id"] for r in held if r["gpu"] == g}
