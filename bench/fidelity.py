@@ -1,120 +1,407 @@
-"""Fidelity of the capacity model against published vLLM measurements.
+"""Fidelity of the step model against published vLLM measurements: calibrated, validated on unseen rows.
 
-`python bench/fidelity.py [--data bench/data/fidelity.yaml] [--rows]`
+`python bench/fidelity.py [--data FILE] [--rows] [--fit] [--update-figures]`
 
-Every row of the data file (one measured point: model, GPU, TP, prompt/output lengths, concurrency,
-and the measured output throughput / TPOT / TTFT, with its citation) is predicted with the same
-code compose uses (perf/analytic.py -> perf/stepmodel.py -> perf/capacity.py) and the GPU catalog
-as shipped. The script prints, per metric, the median absolute relative error |pred - meas| / meas
-over the rows that measured it, and the same median *leave-one-GPU-out*: each GPU's rows predicted
-with that GPU's calibrated efficiencies removed from the catalog (the catalog defaults stand in),
-which is what a GPU with no published measurement gets. The baseline in the same run is the
-uncalibrated roofline (`--uncalibrated` semantics: no per-GPU efficiencies, no per-request
-overhead, ideal PCIe all-reduce), so the two columns are a ratio measured in one run.
+Every row of bench/data/fidelity.yaml (one measured point: model, GPU, TP, prompt/output lengths,
+how the load was applied, the measured output throughput / TPOT / TTFT, its citation) is predicted
+by the SIMULATOR (hetcompile/simulate) at the measurement's own load: closed-loop rows with c
+clients, open-loop rows with Poisson arrivals at the row's rate, burst/batch rows with all requests
+at t = 0 (hetcompile/simulate/loadgen.py), on the replica's step model built exactly as compose
+builds it (perf/analytic.py -> perf/stepmodel.py) from the catalog as shipped.
 
-No row is matched by name anywhere in hetcompile; the catalog's per-GPU efficiencies cite the
-measurement they were read from (gpus.yaml `eta_source`).
+Columns, all from one run:
+  train      the rows the calibration was fitted on (perf/calibrate.split: 70% per GPU by id hash)
+  held-out   the other rows: the figure that matters, tracked in bench/data/fidelity_figures.json
+  LOGO       leave-one-GPU-out: every row predicted with its GPU's efficiencies replaced by the median
+             of the OTHER GPUs' fitted values (what a GPU without published measurements gets)
+  uncal.     the uncalibrated roofline (0.7 of datasheet bandwidth, 0.5 of FLOP/s, 2 ms per step,
+             no host or request overhead, ideal PCIe)
+Each cell: median / p90 of |pred - meas| / meas over the rows that measured the metric.
+
+`--fit` refits the per-GPU eta_memory / eta_compute (perf/data/gpus.yaml) and the host overheads
+(perf/data/calibration.yaml) on the training rows by least squares (perf/calibrate.fit) with the
+simulator (at each row's load, closed-loop rows on fewer requests) as the predictor inside the
+optimizer, then writes them; deterministic (same rows, same values). `--update-figures` writes the
+held-out medians the CI gate (tests/test_fidelity.py) compares against.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import re
 import statistics
 import sys
 from pathlib import Path
 
 import yaml
 
-from hetcompile.perf import analytic, capacity, catalog
+from hetcompile.perf import analytic, calibrate, catalog
+from hetcompile.perf.stepmodel import ReplicaModel
+from hetcompile.simulate import loadgen
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "fidelity.yaml"
-UTIL = 0.9
+FIGURES = Path(__file__).parent / "data" / "fidelity_figures.json"
+GPUS_YAML = ROOT / "hetcompile" / "perf" / "data" / "gpus.yaml"
+CALIBRATION_YAML = ROOT / "hetcompile" / "perf" / "data" / "calibration.yaml"
+UTIL = 0.9  # vLLM's default --gpu-memory-utilization
 MAX_NUM_SEQS = 256  # vLLM's default --max-num-seqs
 METRICS = ("throughput", "tpot_ms", "ttft_ms")
+SPREAD = 0.5  # length spread of non-random datasets (loadgen.lengths)
+MAX_REQUESTS = 400  # requests simulated per row at most (the row's num_prompts, else 4 x its load)
 
 
-def _gpu(name: str, calibrated: bool):
-    g = catalog.lookup_gpu(name)
-    if g is None:
-        sys.exit(f"fidelity: unknown GPU {name!r}")
-    if not calibrated:
-        g = g.model_copy(update={"eta_memory": None, "eta_compute": None})
-    return g
+# --- what a row measured -------------------------------------------------------------------------
 
-
-def predict(row: dict, *, calibrated: bool = True, uncalibrated: bool = False) -> dict[str, float]:
-    """Model predictions for one row: output tok/s, TPOT ms and TTFT ms at the row's concurrency."""
-    found = catalog.lookup_model(row["model"])
-    if found is None:
-        sys.exit(f"fidelity: unknown model {row['model']!r}")
-    _, _, arch = found
-    gpu = _gpu(row["gpu"], calibrated and not uncalibrated)
-    tp, pp = int(row.get("tp", 1)), int(row.get("pp", 1))
-    max_len = min(arch.max_context, 8192)
-    entry = analytic.perf_entry(row["model"], arch, 2, gpu, tp, UTIL, max_len)
-    part = analytic.balanced_partition(entry, arch.layers, pp, max_len)
-    if part is None:
-        sys.exit(f"fidelity: {row['id']}: the model does not fit {pp} x {tp} {row['gpu']}")
-    stages = [(gpu, tp, k, analytic.stage_kv_tokens(entry, k, i == 0, i == pp - 1)) for i, k in enumerate(part)]
-    rm = analytic.replica_model(arch, 2, stages, 5e-6, 64e9, MAX_NUM_SEQS, ideal=uncalibrated)
-    I, O = float(row["input"]), float(row["output"])
-    est = capacity.chain_capacity(rm, I, O, max_concurrency=row.get("concurrency"))
-    return {"throughput": est.decode_tokens_per_s, "tpot_ms": est.tpot_s * 1e3, "ttft_ms": est.ttft_s * 1e3}
-
-
-def errors(rows: list[dict], **kw) -> dict[str, list[tuple[str, float, float]]]:
-    out: dict[str, list[tuple[str, float, float]]] = {m: [] for m in METRICS}
-    for r in rows:
-        p = predict(r, **kw)
-        for m, v in (r.get("metrics") or {}).items():
-            out[m].append((r["id"], p[m], float(v)))
+def measured(row: dict) -> dict[str, float]:
+    """The row's throughput (output tok/s), TPOT (ms) and TTFT (ms), as far as published.
+    Output tok/s from an input+output figure is scaled by O / (I + O); a row with only ITL gives it
+    as TPOT (vLLM's ITL median is the TPOT of a smooth stream)."""
+    m, I, O = row["metrics"], float(row["input"]), float(row["output"])
+    m = {k: v for k, v in m.items() if k not in excluded(row)}
+    out: dict[str, float] = {}
+    if "throughput" in m:
+        out["throughput"] = float(m["throughput"])
+    elif "total_tok_s" in m:
+        out["throughput"] = float(m["total_tok_s"]) * O / (I + O)
+    if "tpot_ms" in m or "itl_ms" in m:
+        out["tpot_ms"] = float(m.get("tpot_ms", m.get("itl_ms")))
+    if "ttft_ms" in m:
+        out["ttft_ms"] = float(m["ttft_ms"])
     return out
 
 
-def median_err(items: list[tuple[str, float, float]]) -> float | None:
-    return statistics.median(abs(p - v) / v for _, p, v in items) if items else None
+def excluded(row: dict) -> set[str]:
+    """Metrics of the row left out of every column, each with the source's reason written in the
+    data file (`excluded_metrics: {metric: reason}`); `tpot_ms` also drops `itl_ms`."""
+    ex = set(row.get("excluded_metrics") or {})
+    return ex | ({"itl_ms"} if "tpot_ms" in ex else set())
 
 
-def _fmt(x: float | None) -> str:
-    return "   -  " if x is None else f"{100 * x:5.1f}%"
+def frontend(row: dict) -> bool:
+    """Whether requests reached the engine one by one through a frontend that charges the per-request
+    overhead r of perf/stepmodel.py: the OpenAI server, and the in-process AsyncLLMEngine of AccelMark's
+    online scenarios too (their unloaded TTFTs of 13-23 ms for a 0.5B model's 1 ms prefill say so);
+    not LLM.generate / benchmark_latency, which submit the whole batch before the first step."""
+    return row["mode"] not in ("offline_batch", "static_batch")
+
+
+def engine_core(row: dict) -> str:
+    """'v1' for vLLM >= 0.8 (the V1 engine, default since 0.8; what hetcompile deploys), else 'v0'
+    (older versions, forks of them, and rows whose version is not stated: all published in 2024)."""
+    hit = re.match(r"vLLM v?(\d+)\.(\d+)", str(row.get("engine") or ""))
+    return "v1" if hit and (int(hit.group(1)), int(hit.group(2))) >= (0, 8) else "v0"
+
+
+def engine_defaults(row: dict, gpu, max_len: int) -> tuple[int, int]:
+    """(max_num_seqs, prompt tokens per engine step) the row's engine ran with when not set.
+    V1 (vllm/engine/arg_utils.py get_batch_defaults): GPUs of >= 70 GiB other than A100 get 1024
+    sequences and 8192 batched tokens behind the OpenAI server (16384 in LLM.generate); others 256 and
+    2048 (8192). V0 (chunked prefill off below 32K context): a step prefills up to
+    max(max_model_len, 2048) tokens, 256 sequences."""
+    offline = row["mode"] in ("offline_batch", "static_batch")
+    if engine_core(row) == "v0":
+        return MAX_NUM_SEQS, max(2048, max_len)
+    big = gpu.memory >= 70 * 2**30 and not gpu.name.startswith("A100")
+    if big:
+        return 1024, 16384 if offline else 8192
+    return MAX_NUM_SEQS, 8192 if offline else 2048
+
+
+def _setting(row: dict, pattern: str, default):
+    hit = re.search(pattern, str(row.get("settings") or "") + " " + str(row.get("note") or ""))
+    return type(default)(hit.group(1)) if hit else default
+
+
+# --- the replica a row ran on ----------------------------------------------------------------------
+
+class DoesNotFit(Exception):
+    """The analytic memory model says the row's model does not fit its GPUs (the measurement shows it
+    did: a memory assumption the row's note gives, e.g. an assumed card size, is off); such rows are
+    listed and left out of every column."""
+
+
+def usable(rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """(rows the model can place, reasons for the others)."""
+    ok, out = [], []
+    for r in rows:
+        try:
+            replica(r, uncalibrated=True)
+            ok.append(r)
+        except DoesNotFit as exc:
+            out.append(str(exc))
+    return ok, out
+
+
+def replica(row: dict, params: calibrate.Params | None = None, uncalibrated: bool = False) -> ReplicaModel:
+    """The row's replica as compose builds it; `params` replaces the catalog's efficiencies and
+    overheads (fitting, LOGO); `uncalibrated` is the ideal roofline."""
+    found = catalog.lookup_model(row["model"])
+    gpu = catalog.lookup_gpu(row["gpu"])
+    if found is None or gpu is None:
+        sys.exit(f"fidelity: {row['id']}: unknown model or GPU")
+    arch = found[2]
+    if params is not None and row["gpu"] in params.eta:
+        em, ec = params.eta[row["gpu"]]
+        gpu = gpu.model_copy(update={"eta_memory": em, "eta_compute": ec})
+    if uncalibrated:
+        gpu = gpu.model_copy(update={"eta_memory": None, "eta_compute": None})
+    if row.get("tp_link") == "pcie":  # the row's TP crossed a host link (the data file's header)
+        gpu = gpu.model_copy(update={"interconnect": min(gpu.interconnect, 32e9)})
+    tp, pp = int(row.get("tp") or 1), int(row.get("pp") or 1)
+    util = _setting(row, r"gpu[-_ ]memory[-_ ]utilization[ =:]*(0\.\d+)", UTIL)
+    max_len = min(arch.max_context, _setting(row, r"max[-_ ]model[-_ ]len[ =:]*(\d+)", 8192))
+    seqs, chunk = engine_defaults(row, gpu, max_len)
+    if row["mode"] == "offline_batch":  # LLM.generate / benchmark_throughput runs with the harness's cap
+        seqs = _setting(row, r"max[-_ ]num[-_ ]seqs[ =:]*(\d+)", seqs)
+    entry = analytic.perf_entry(row["model"], arch, 2, gpu, tp, util, max_len)
+    part = analytic.balanced_partition(entry, arch.layers, pp, max_len)
+    if part is None:
+        raise DoesNotFit(f"{row['id']}: {row['model']} does not fit {pp} x {tp} {row['gpu']} at {util} memory utilization")
+    stages = [(gpu, tp, k, analytic.stage_kv_tokens(entry, k, i == 0, i == pp - 1)) for i, k in enumerate(part)]
+    rm = analytic.replica_model(arch, 2, stages, 5e-6, 64e9, seqs, ideal=uncalibrated)
+    update = {"chunk_tokens": chunk}
+    if params is not None and not uncalibrated:
+        v0 = engine_core(row) == "v0"
+        update = {"step_overhead_s": params.v0_step_overhead_s if v0 else params.step_overhead_s,
+                  "seq_overhead_s": params.v0_seq_overhead_s if v0 else params.seq_overhead_s,
+                  "request_overhead_s": params.v0_request_overhead_s if v0 else params.request_overhead_s}
+    if not frontend(row):
+        update["request_overhead_s"] = 0.0  # the batch is submitted before the first step
+    return rm.model_copy(update=update)
+
+
+# --- predictions ---------------------------------------------------------------------------------
+
+def _load(row: dict, fast: bool = False) -> tuple[int, int]:
+    """(requests simulated, requests in flight or at once) of a row; `fast` (inside the fit): a
+    closed-loop row replays 3c requests (at least 12), enough for its medians."""
+    c = int(row.get("concurrency") or 0)
+    n = int(row.get("num_prompts") or 0)
+    if row["mode"] == "closed_loop":
+        n = n or max(4 * c, 40)
+        if fast:
+            n = min(n, max(3 * c, 12))
+    elif row["mode"] == "open_loop":
+        n = n or 300
+    else:
+        n = n or c or 1000
+    return min(n, MAX_REQUESTS), c
+
+
+def simulate(row: dict, rm: ReplicaModel, fast: bool = False) -> dict[str, float]:
+    """The simulator's throughput / TPOT / TTFT for the row at the row's load (module docstring)."""
+    n, c = _load(row, fast)
+    spread = 0.0 if str(row.get("dataset", "")).startswith("random") else SPREAD
+    pairs = loadgen.lengths(n, float(row["input"]), float(row["output"]), spread, seed=0)
+    v0 = engine_core(row) == "v0"
+    if row["mode"] == "closed_loop":
+        res = loadgen.closed_loop(rm, c, pairs, prefill_first=v0)
+    elif row["mode"] == "open_loop":
+        res = loadgen.open_loop(rm, float(row["rate"]), pairs, seed=0, prefill_first=v0)
+    else:
+        res = loadgen.burst(rm, pairs, prefill_first=v0)
+    return {"throughput": res.throughput, "tpot_ms": res.tpot_s * 1e3, "ttft_ms": res.ttft_s * 1e3}
+
+
+# --- error tables --------------------------------------------------------------------------------
+
+def pairs_of(rows: list[dict], predict) -> dict[str, list[tuple[str, float, float]]]:
+    """Per metric, (row id, predicted, measured) for every row that measured it."""
+    out: dict[str, list[tuple[str, float, float]]] = {m: [] for m in METRICS}
+    for r in rows:
+        meas = measured(r)
+        if not meas:
+            continue
+        p = predict(r)
+        for m, v in meas.items():
+            out[m].append((r["id"], p[m], v))
+    return out
+
+
+def catalog_params(rows: list[dict]) -> calibrate.Params:
+    """The calibration as shipped: gpus.yaml efficiencies (defaults where none) and the overheads."""
+    eta = {}
+    for g in sorted({r["gpu"] for r in rows}):
+        gt = catalog.lookup_gpu(g)
+        em, ec = analytic.efficiencies(gt)[1], analytic.efficiencies(gt)[0]
+        eta[g] = (em, ec)
+    cal = yaml.safe_load(CALIBRATION_YAML.read_text())
+    return calibrate.Params(eta=eta, step_overhead_s=analytic.STEP_OVERHEAD_S, seq_overhead_s=analytic.SEQ_OVERHEAD_S,
+                            request_overhead_s=analytic.REQUEST_OVERHEAD_S,
+                            v0_step_overhead_s=cal.get("v0_step_overhead_s", 2e-3),
+                            v0_seq_overhead_s=cal.get("v0_seq_overhead_s", 100e-6),
+                            v0_request_overhead_s=cal.get("v0_request_overhead_s", cal["request_overhead_s"]))
+
+
+def logo_params(params: calibrate.Params, gpu: str) -> calibrate.Params:
+    """`params` with `gpu`'s efficiencies replaced by the median of the other fitted GPUs'."""
+    fitted = {g: v for g, v in params.eta.items() if g != gpu and catalog.lookup_gpu(g).eta_memory is not None}
+    if not fitted:
+        return params
+    em = statistics.median(v[0] for v in fitted.values())
+    ec = statistics.median(v[1] for v in fitted.values())
+    return dataclasses.replace(params, eta={**params.eta, gpu: (em, ec)})
+
+
+def evaluate(rows: list[dict], logo: bool = True, uncal: bool = True) -> dict[str, dict[str, list]]:
+    """Every column of the table: {column: {metric: [(id, pred, meas)]}}, simulator predictions."""
+    params = catalog_params(rows)
+    train, held = calibrate.split(rows)
+    cal = {r["id"]: r for r in rows}
+    preds = {r["id"]: simulate(r, replica(r, params)) for r in rows}
+    cols = {"train": pairs_of(train, lambda r: preds[r["id"]]), "held-out": pairs_of(held, lambda r: preds[r["id"]])}
+    if logo:
+        cols["LOGO"] = pairs_of(rows, lambda r: simulate(r, replica(r, logo_params(params, r["gpu"]))))
+    if uncal:
+        cols["uncal."] = pairs_of(rows, lambda r: simulate(r, replica(r, uncalibrated=True)))
+    del cal
+    return cols
+
+
+def _cell(items: list[tuple[str, float, float]]) -> str:
+    s = calibrate.summary([(p, v) for _, p, v in items])
+    return "      -      " if s is None else f"{100 * s[0]:5.1f}/{100 * s[1]:5.1f}%"
+
+
+def table(cols: dict[str, dict[str, list]]) -> str:
+    names = list(cols)
+    lines = [f"{'metric':11}" + "".join(f"{n + ' (n)':>19}" for n in names)]
+    for m in METRICS:
+        lines.append(f"{m:11}" + "".join(f"{_cell(cols[n][m]):>14} ({len(cols[n][m]):3d})" for n in names))
+    return "\n".join(lines)
+
+
+def held_out_figures(cols: dict[str, dict[str, list]]) -> dict[str, float]:
+    out = {}
+    for m in METRICS:
+        s = calibrate.summary([(p, v) for _, p, v in cols["held-out"][m]])
+        out[m] = round(s[0], 4)
+    return out
+
+
+# --- fitting -------------------------------------------------------------------------------------
+
+def fit(rows: list[dict]) -> calibrate.Params:
+    """Least squares on the training split with the simulator as the predictor (`fast` lengths).
+    A row's prediction depends only on its GPU's efficiencies and the three overheads, so it is
+    cached on those: a Jacobian column for one GPU's efficiency re-simulates that GPU's rows only."""
+    train, _ = calibrate.split(rows)
+    gpus = sorted({r["gpu"] for r in train})
+    # a fixed start (not the catalog's current values), so refitting the same rows gives the same values
+    prior = calibrate.Params(eta={g: calibrate.PRIOR_ETA for g in gpus})
+
+    cache: dict[tuple, dict[str, float]] = {}
+
+    def residuals(p: calibrate.Params) -> list[tuple[float, float, float]]:
+        out = []
+        for r in train:
+            key = (r["id"], p.eta[r["gpu"]], p.step_overhead_s, p.seq_overhead_s, p.request_overhead_s,
+                   p.v0_step_overhead_s, p.v0_seq_overhead_s, p.v0_request_overhead_s)
+            if key not in cache:
+                cache[key] = simulate(r, replica(r, p), fast=True)
+            pred = cache[key]
+            for m, v in measured(r).items():
+                out.append((pred[m], v, calibrate.TTFT_WEIGHT if m == "ttft_ms" else 1.0))
+        return out
+
+    return calibrate.fit(residuals, gpus, prior, log=lambda s: print(s, file=sys.stderr, flush=True))
+
+
+def write_fit(p: calibrate.Params, rows: list[dict]) -> None:
+    """Rewrite gpus.yaml's eta lines for the fitted GPUs and perf/data/calibration.yaml."""
+    train, _ = calibrate.split(rows)
+    text = GPUS_YAML.read_text()
+    blocks = re.split(r"(?m)^(?=- name: )", text)
+    out = []
+    for b in blocks:
+        hit = re.match(r"- name: (\S+)", b)
+        b = re.sub(r"(?m)^  eta_(memory|compute|source):.*\n", "", b)
+        if hit and hit.group(1) in p.eta:
+            g = hit.group(1)
+            em, ec = p.eta[g]
+            n = sum(1 for r in train if r["gpu"] == g)
+            b = b.rstrip("\n") + "\n" + (
+                f"  eta_memory: {em:.3f}\n  eta_compute: {ec:.3f}\n"
+                f"  eta_source: \"fitted by bench/fidelity.py --fit on the {n} training rows of {g} in bench/data/fidelity.yaml\"\n")
+            b += "\n" if not b.endswith("\n\n") else ""
+        out.append(b)
+    GPUS_YAML.write_text("".join(out).rstrip("\n") + "\n")
+    ems = sorted(v[0] for v in p.eta.values())
+    ecs = sorted(v[1] for v in p.eta.values())
+    doc = {
+        "source": f"fitted by bench/fidelity.py --fit on the {len(train)} training rows of bench/data/fidelity.yaml",
+        "step_overhead_s": float(f"{p.step_overhead_s:.3g}"),
+        "seq_overhead_s": float(f"{p.seq_overhead_s:.3g}"),
+        "request_overhead_s": float(f"{p.request_overhead_s:.3g}"),
+        "v0_step_overhead_s": float(f"{p.v0_step_overhead_s:.3g}"),
+        "v0_seq_overhead_s": float(f"{p.v0_seq_overhead_s:.3g}"),
+        "v0_request_overhead_s": float(f"{p.v0_request_overhead_s:.3g}"),
+        "eta_memory_default": round(statistics.median(ems), 3),
+        "eta_compute_default": round(statistics.median(ecs), 3),
+    }
+    CALIBRATION_YAML.write_text(
+        "# Host overheads and default efficiencies of the analytic step model (perf/analytic.py).\n"
+        "# Written by `python bench/fidelity.py --fit`; do not edit by hand. The defaults are the medians of\n"
+        "# the per-GPU fitted values (perf/data/gpus.yaml), used for GPUs without published measurements.\n"
+        + yaml.safe_dump(doc, sort_keys=True))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--rows", action="store_true", help="print every row's prediction")
+    ap.add_argument("--fit", action="store_true", help="refit the catalog's efficiencies and overheads, then report")
+    ap.add_argument("--update-figures", action="store_true", help=f"write the held-out medians to {FIGURES}")
     args = ap.parse_args(argv)
-    rows = yaml.safe_load(args.data.read_text())
-    base = errors(rows, uncalibrated=True)
-    cal = errors(rows)
-    logo = {m: [] for m in METRICS}
-    for r in rows:
-        for m, v in (r.get("metrics") or {}).items():
-            logo[m].append((r["id"], predict(r, calibrated=False)[m], float(v)))
+    rows, left_out = usable(yaml.safe_load(args.data.read_text()))
+    if args.fit:
+        p = fit(rows)
+        write_fit(p, rows)
+        print("fitted:", json.dumps({"eta": {g: [round(a, 3), round(b, 3)] for g, (a, b) in p.eta.items()},
+                                     "o": p.step_overhead_s, "q": p.seq_overhead_s, "r": p.request_overhead_s,
+                                     "o_v0": p.v0_step_overhead_s, "q_v0": p.v0_seq_overhead_s,
+                                     "r_v0": p.v0_request_overhead_s}))
+        print("rerun without --fit to report with the new catalog")
+        return 0
+    cols = evaluate(rows)
+    train, held = calibrate.split(rows)
     if args.rows:
-        print(f"{'row':18} {'metric':10} {'measured':>9} {'uncal.':>9} {'calib.':>9} {'LOGO':>9}")
+        print(f"{'row':48} {'metric':9} {'measured':>9} {'pred':>9} {'LOGO':>9} {'uncal.':>9}")
+        logo = {(i, m): p for m in METRICS for i, p, _ in cols["LOGO"][m]}
+        unc = {(i, m): p for m in METRICS for i, p, _ in cols["uncal."][m]}
+        held_ids = {r["id"] for r in held}
         for m in METRICS:
-            for (rid, pb, v), (_, pc, _), (_, pl, _) in zip(base[m], cal[m], logo[m]):
-                print(f"{rid:18} {m:10} {v:9.1f} {pb:9.1f} {pc:9.1f} {pl:9.1f}")
-        print()
-    print(f"{len(rows)} published rows ({args.data})")
-    print(f"{'metric':12} {'n':>3} {'uncalibrated':>13} {'calibrated':>11} {'leave-1-GPU-out':>16}")
-    for m in METRICS:
-        print(f"{m:12} {len(cal[m]):3d} {_fmt(median_err(base[m])):>13} {_fmt(median_err(cal[m])):>11} "
-              f"{_fmt(median_err(logo[m])):>16}")
+            for i, p, v in cols["train"][m] + cols["held-out"][m]:
+                tag = "*" if i in held_ids else " "
+                print(f"{tag}{i:47} {m:9} {v:9.1f} {p:9.1f} {logo[(i, m)]:9.1f} {unc[(i, m)]:9.1f}")
+        print("(* held out)\n")
+    print(f"{len(rows)} published rows ({len(train)} train, {len(held)} held out) over "
+          f"{len({r['gpu'] for r in rows})} GPU types; simulator at each row's load; median/p90 abs rel error")
+    print(table(cols))
     big = {r["id"] for r in rows if analytic.total_params(catalog.lookup_model(r["model"])[2]) >= 7e9}
-    print(f"on the {len(big)} rows of 7B-and-larger models (what hetcompile plans for):")
-    for m in METRICS:
-        sub = [[x for x in col[m] if x[0] in big] for col in (base, cal, logo)]
-        print(f"{m:12} {len(sub[1]):3d} {_fmt(median_err(sub[0])):>13} {_fmt(median_err(sub[1])):>11} "
-              f"{_fmt(median_err(sub[2])):>16}")
-    gpus = sorted({r["gpu"] for r in rows})
-    print("per GPU (calibrated / leave-one-GPU-out, all metrics pooled):")
-    for g in gpus:
-        ids = {r["id"] for r in rows if r["gpu"] == g}
-        c = [x for m in METRICS for x in cal[m] if x[0] in ids]
-        lo = [x for m in METRICS for x in logo[m] if x[0] in ids]
-        print(f"  {g:10} {_fmt(median_err(c))} / {_fmt(median_err(lo))}")
+    print(f"the same on the {len(big)} rows of 7B-and-larger models (what hetcompile plans for):")
+    print(table({n: {m: [x for x in c[m] if x[0] in big] for m in METRICS} for n, c in cols.items()}))
+    for reason in left_out:
+        print(f"left out: {reason}")
+    ex: dict[str, list[str]] = {}
+    for r in rows:
+        for m in sorted(r.get("excluded_metrics") or {}):
+            ex.setdefault(m, []).append(r["id"])
+    for m, ids in sorted(ex.items()):
+        print(f"excluded: {m} of {len(ids)} rows ({ids[0]} ...), each with its source's reason in the data file")
+    print("per GPU, held-out rows (all metrics pooled): median (n)")
+    for g in sorted({r["gpu"] for r in held}):
+        ids = {r["id"] for r in held if r["gpu"] == g}
+        items = [(p, v) for m in METRICS for i, p, v in cols["held-out"][m] if i in ids]
+        s = calibrate.summary(items)
+        print(f"  {g:10} {100 * s[0]:5.1f}% ({len(items)})")
+    if args.update_figures:
+        FIGURES.write_text(json.dumps({"held_out_median": held_out_figures(cols), "rows": len(rows)},
+                                      indent=2, sort_keys=True) + "\n")
+        print(f"wrote {FIGURES}")
     return 0
 
 

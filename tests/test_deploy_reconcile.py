@@ -20,14 +20,16 @@ from test_deploy import _calls, _clusters, _env
 
 QUICKSTART = ROOT / "examples" / "quickstart" / "spec.yaml"
 BUDGET_CUT = ROOT / "tests" / "explain_cases" / "quickstart-budget-cut.yaml"
+LOST_A100 = ROOT / "tests" / "explain_cases" / "quickstart-lost-a100.yaml"
 
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> dict[str, dict[str, str]]:
-    """The artifacts of both specs, compiled once (the solver is the slow part)."""
+    """The artifacts of the specs, compiled once (the solver is the slow part)."""
     from hetcompile.backends.emit import artifacts
 
-    return {"a": artifacts(compile_spec(QUICKSTART).ir), "b": artifacts(compile_spec(BUDGET_CUT).ir)}
+    return {"a": artifacts(compile_spec(QUICKSTART).ir), "b": artifacts(compile_spec(BUDGET_CUT).ir),
+            "c": artifacts(compile_spec(LOST_A100).ir)}
 
 
 def _write(out: Path, files: dict[str, str]) -> None:
@@ -74,32 +76,36 @@ def test_deploy_rebuild_converges(tmp_path: Path, builds) -> None:
     p = _deploy(tmp_path, env)
     assert p.returncode == 0, p.stdout + p.stderr
     first = _converged(tmp_path, out)
-    assert first == {f"r{i}": f"quickstart-r{i}" for i in range(5)}
+    assert first == {f"r{i}": f"quickstart-r{i}" for i in range(4)}  # 3 A100 + 1 L4
 
-    # the budget cut, rebuilt into the same folder: r2 changes shape, r4 leaves the plan
+    # the budget cut, rebuilt into the same folder: r2 (A100 -> L4) and r3 (L4 -> 2 L4, pp2) change shape
     _write(out, builds["b"])
-    assert not (out / "sky" / "r4.yaml").exists() and not (out / "vllm" / "r4").exists()
     n0 = len(_calls(tmp_path))
     dry = _deploy(tmp_path, env, "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert "launch new r2" in dry.stdout and "tear down old r4" in dry.stdout and "tear down old r2" in dry.stdout
+    assert "rolling" in dry.stdout
+    for step in ("launch new r2", "tear down old r2", "launch new r3", "tear down old r3"):
+        assert step in dry.stdout, dry.stdout
     assert _launches(tmp_path, n0) == [] and len(_calls(tmp_path)) == n0 + 1  # only `sky status`
     p = _deploy(tmp_path, env)
     assert p.returncode == 0, p.stdout + p.stderr
     second = _converged(tmp_path, out)
-    # r2 is replaced by a cluster of its own (the old one ran until the new one was routed)
-    assert second["r2"].startswith("quickstart-r2-") and {k: second[k] for k in ("r0", "r1", "r3")} == \
-        {k: first[k] for k in ("r0", "r1", "r3")}
-    assert _launches(tmp_path, n0) == [second["r2"]]
+    # r2 and r3 are replaced by clusters of their own (each old one ran until it had to make room)
+    assert second["r2"].startswith("quickstart-r2-") and second["r3"].startswith("quickstart-r3-")
+    assert {k: second[k] for k in ("r0", "r1")} == {k: first[k] for k in ("r0", "r1")}
+    assert _launches(tmp_path, n0) == [second["r2"], second["r3"]]
     acts = [(c[0], c[-1] if c[0] == "down" else c[1]) for c in _calls(tmp_path)[n0:] if c[0] in ("down", "exec", "launch")]
-    assert ("down", "quickstart-r2") in acts and ("down", "quickstart-r4") in acts
-    # in the planner's order, the one --dry-run printed: the L4s cannot hold old and new r2 together,
-    # so old r2 goes first (the others keep serving: a dip, not a gap), then new r2 is launched and routed
+    assert ("down", "quickstart-r2") in acts and ("down", "quickstart-r3") in acts
+    # in the planner's order, the one --dry-run printed: the money ceiling (the larger of the new $10/h
+    # and the old plan's $/h) cannot hold old and new side by side, so the replacement rolls: old r3
+    # (the least capacity) goes first, new r2 is launched and routed, then old r2 makes room for new r3
     planned = [line.split()[:2] + [line.split()[-1] if line.split()[1] == "down" else line.split()[5]]
                for line in dry.stdout.splitlines() if line.startswith("    sky ") and line.split()[1] in ("launch", "down")]
     done = [["sky", c[0], c[-1] if c[0] == "down" else c[c.index("-c") + 1]] for c in _calls(tmp_path)[n0:]
             if c[0] in ("launch", "down")]
-    assert done == planned and done[-1] == ["sky", "down", "quickstart-r4"]
+    assert done == planned
+    assert done == [["sky", "down", "quickstart-r3"], ["sky", "launch", second["r2"]],
+                    ["sky", "down", "quickstart-r2"], ["sky", "launch", second["r3"]]]
 
     # a third run: nothing to do, no launch, no down
     n1 = len(_calls(tmp_path))
@@ -112,6 +118,30 @@ def test_deploy_rebuild_converges(tmp_path: Path, builds) -> None:
     t = subprocess.run(["bash", str(out / "teardown.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert t.returncode == 0, t.stderr
     assert _clusters(tmp_path) == {} and "teardown: all 5 cluster(s) of plan quickstart are down" in t.stdout
+
+
+def test_rebuild_without_a_replica_removes_it(tmp_path: Path, builds) -> None:
+    """A rebuild whose plan no longer has a replica (the lost-A100 plan, then quickstart's, into the
+    same folder): its sky task and vLLM scripts leave OUT, and deploy tears its cluster down."""
+    env = _env(tmp_path)
+    out = tmp_path / "out"
+    _write(out, builds["c"])
+    assert _deploy(tmp_path, env).returncode == 0
+    ids = {k: {r["id"] for r in json.loads(v["plan.json"])["replicas"]} for k, v in builds.items()}
+    gone = sorted(ids["c"] - ids["a"])
+    assert gone, ids  # the scenario needs a replica that leaves
+    _write(out, builds["a"])
+    for rid in gone:
+        assert not (out / "sky" / f"{rid}.yaml").exists() and not (out / "vllm" / rid).exists()
+    dry = _deploy(tmp_path, env, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert all(f"tear down old {rid}" in dry.stdout for rid in gone), dry.stdout
+    n0 = len(_calls(tmp_path))
+    p = _deploy(tmp_path, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    _converged(tmp_path, out)
+    downs = [c[-1] for c in _calls(tmp_path)[n0:] if c[0] == "down"]
+    assert all(f"quickstart-{rid}" in downs and f"quickstart-{rid}" not in _clusters(tmp_path) for rid in gone)
 
 
 def test_killed_between_steps_converges(tmp_path: Path, builds) -> None:
@@ -130,9 +160,12 @@ def test_killed_between_steps_converges(tmp_path: Path, builds) -> None:
     n0 = len(_calls(tmp_path))
     p = _deploy(tmp_path, env)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert _launches(tmp_path, n0) == []  # the launched r2 is kept, not launched twice
-    _converged(tmp_path, out)
-    assert "quickstart-r2" not in _clusters(tmp_path) and "quickstart-r4" not in _clusters(tmp_path)
+    # the launched r2 is kept, not launched twice; only new r3 (whose old cluster was down before the
+    # kill, so its name is free again) is still to launch
+    assert [c for c in _launches(tmp_path, n0) if c.startswith("quickstart-r2")] == []
+    assert len(_launches(tmp_path, n0)) == 1 and _launches(tmp_path, n0)[0].startswith("quickstart-r3")
+    # old r2 is gone; old r3 went before the kill (its name now runs new r3's task: _converged)
+    assert _converged(tmp_path, out)["r2"] == name and "quickstart-r2" not in _clusters(tmp_path)
 
 
 def test_failure_midway_then_rerun_converges(tmp_path: Path, builds) -> None:

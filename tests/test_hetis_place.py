@@ -135,7 +135,7 @@ def test_example_plan_md_and_explain_show_left_out_gpus_and_the_estimate() -> No
 
 def test_a_rented_gpu_left_out_is_not_rented() -> None:
     """The example's pool with its T4s rented instead of owned: the same selection leaves the T4 pair
-    out of the H100 + A10 + T4 chain, now saving its $/h (the fate depends only on what the node
+    out of the A100 + RTX4090 + T4 chain, now saving its $/h (the fate depends only on what the node
     costs; a left-out unit is a TP slice of `tp` GPUs, each billed at the per-GPU price)."""
     ir = compile_spec(HETIS / "spec.yaml", stop_after="compose").ir
     nodes, _ = materialize(ir)

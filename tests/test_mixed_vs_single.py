@@ -53,14 +53,16 @@ def build(tmp_path: Path, mode: str):
 def test_mixed_never_serves_less_than_single_type(tmp_path):
     single, plan_s, _ = build(tmp_path, "single-type")
     mixed, plan_m, md = build(tmp_path, "mixed")
-    assert single.composition.scale > 0.1 * 0.85  # the single-type plan serves something worth keeping (at the 85% headroom)
+    assert single.composition.scale > 0.05  # the single-type plan serves something worth keeping
     assert mixed.composition.scale >= single.composition.scale * (1 - 1e-6)
     # at no higher cost, on the same replicas: the chains did not beat them, so compose's stay
     assert sum(n.price_per_s for n in mixed.nodes) <= sum(n.price_per_s for n in single.nodes) * (1 + 1e-9)
     assert [r.stages for r in mixed.replicas] == [r.stages for r in single.replicas]
     (pl,) = plan_m["placement"]
     assert pl["kept"] == "compose"
-    assert pl["scale_single_type"] == pytest.approx(single.composition.scale, rel=1e-6)
+    # the same figure from two HiGHS solves (place's rate LP on compose's estimates, compose's MILP),
+    # written with 6 significant digits: equal to within those digits and the solver's tolerance
+    assert pl["scale_single_type"] == pytest.approx(single.composition.scale, rel=1e-5)
     assert pl["scale_placement"] <= pl["scale_single_type"]
     assert "Kept compose's replicas" in md  # plan.md says which replicas were kept, and why
     # the plan keeps compose's bound: it deploys compose's replicas as they are

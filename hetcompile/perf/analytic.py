@@ -26,13 +26,19 @@ model ranks configurations; measured profiles (spec `profiles:`) override its ab
 from __future__ import annotations
 
 import math
+from importlib import resources
+
+import yaml
 
 from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
 from hetcompile.perf.stepmodel import Hop, LayerCost, ReplicaModel, StageModel
 
-ETA_COMPUTE = 0.5  # default achievable fraction of tensor FLOP/s in prefill-heavy batches
-ETA_MEMORY = 0.8  # default achievable fraction of memory bandwidth in decode (A100 and H100 both
-                  # measure 0.80 once the step overhead is taken out: gpus.yaml eta_source)
+# The calibration (perf/data/calibration.yaml, written by `python bench/fidelity.py --fit`: least squares
+# on the training split of bench/data/fidelity.yaml, validated on the held-out split): host overheads
+# and the default efficiencies of a GPU without its own fitted values (the medians of the fitted GPUs').
+_CALIBRATION = yaml.safe_load(resources.files("hetcompile.perf").joinpath("data/calibration.yaml").read_text())
+ETA_COMPUTE = float(_CALIBRATION["eta_compute_default"])  # achievable fraction of tensor FLOP/s in prefill-heavy batches
+ETA_MEMORY = float(_CALIBRATION["eta_memory_default"])  # achievable fraction of memory bandwidth in decode
 SERIAL_FRACTION = 0.5  # mixed prefill+decode steps overlap compute and memory only partly (fitted
                        # globally on the saturated-throughput rows of bench/data/fidelity.yaml)
 # GPUs with published vLLM measurements carry their own eta_memory / eta_compute in the catalog
@@ -48,18 +54,14 @@ NVLINK_MIN_BYTES_PER_S = 100e9  # interconnects at least this fast are NVLink; s
 PCIE_ALLREDUCE_EFFICIENCY = 0.2
 PCIE_ALLREDUCE_LATENCY_S = 50e-6
 PREFILL_CHUNK = 2048  # tokens per prefill chunk (vLLM's chunked prefill budget order)
-STEP_OVERHEAD_S = 0.5e-3  # scheduler + sampling per engine step with CUDA graphs (vLLM V1: the
-                          # concurrency-1 TPOTs of A100 and H100 leave ~0.5 ms beyond the weight read)
-# host CPU per sequence per engine step (input prep, sampling, detokenizing and streaming its token):
-# the L4 Qwen2.5-0.5B sweep (ai.wmx.dev/benchmarks, vLLM V1) has ITL p50 5.1 ms at concurrency 1 and
-# 7.1 ms at 32; this model's GPU step grows 0.70 ms over that range, the other 1.3 ms / 31 sequences
-# is host work. Not read from any fidelity metric (the ITL is not one); a slower host costs more.
-SEQ_OVERHEAD_S = 42e-6
+STEP_OVERHEAD_S = float(_CALIBRATION["step_overhead_s"])  # o: scheduler + sampling per engine step
+# q: host CPU per sequence per engine step (input prep, sampling, detokenizing and streaming its token);
+# was 42 us read off one CPU-bound L4 host, now fitted over every host in the training rows
+SEQ_OVERHEAD_S = float(_CALIBRATION["seq_overhead_s"])
 IDEAL_STEP_OVERHEAD_S = 2e-3  # the uncalibrated model's step overhead (bench/fidelity.py baseline)
-# per request, once, on the TTFT path: HTTP + tokenization + scheduling + first-token streaming
+# r: per request, once, on the TTFT path: HTTP + tokenization + scheduling + first-token streaming
 # (the OpenAI server's cost that an engine-step model does not see; vLLM bench serve's TTFT includes it)
-REQUEST_OVERHEAD_S = 10e-3  # H100 8B at concurrency 1, short prompts: TTFT p50 13.98 ms of which ~3 ms prefill
-                            # (yobitelcomm.github.io/bench/recipes/concurrency-sweep)
+REQUEST_OVERHEAD_S = float(_CALIBRATION["request_overhead_s"])
 
 
 def layer_params(a: ModelArch) -> float:

@@ -11,6 +11,10 @@ What a replica does, as vLLM's V1 scheduler does it (and as perf/capacity.py ass
 - KV full while a decode sequence grows: the most recently admitted sequence that is not in
   flight is preempted (recompute: its KV is freed, it goes back to the head of the queue and its
   prompt plus the tokens it generated are prefilled again), as vLLM's default preemption does;
+- `prefill_first` (vLLM's V0 engine without chunked prefill, before 0.8): a step with prompts
+  waiting carries only whole prompts (up to `chunk_tokens`, V0's max_num_batched_tokens) and no
+  decode; decode steps run when no prompt waits. bench/fidelity.py replays V0 measurements this way;
+  plans deploy V1 (the default, mixed steps);
 - the frontend: a request reaches the scheduler `request_overhead_s` after it arrives (the OpenAI
   server's HTTP handling and tokenization, which the engine step model does not see), so its TTFT
   counts that time as perf/capacity.py's TTFT does;
@@ -76,6 +80,7 @@ class ReplicaSim:
     step_tokens: int = 0
     busy_s: float = 0.0  # slowest stage's busy time of the steps launched before `measure_until`
     measure_until: float = float("inf")
+    prefill_first: bool = False  # V0 scheduling (module docstring)
 
     def __post_init__(self) -> None:
         self.stage_free = [0.0] * self.model.depth
@@ -111,8 +116,31 @@ class ReplicaSim:
                 return True
         return False
 
+    def _prefill_only(self) -> _Batch | None:
+        """V0: whole waiting prompts, oldest first, up to the token budget (one always fits: V0 needs
+        max_num_batched_tokens >= max_model_len); None when no prompt waits."""
+        budget = self.model.chunk_tokens
+        prefill: list[tuple[Request, int]] = []
+        for r in self.running:
+            if r.in_flight or r.prefilled >= r.prefill_target:
+                continue
+            n = r.prefill_target - r.prefilled
+            if prefill and n > budget:
+                break
+            prefill.append((r, n))
+            budget -= n
+        if not prefill:
+            return None
+        for r, _ in prefill:
+            r.in_flight = True
+        return _Batch([], prefill, sum(n for _, n in prefill))
+
     def form_batch(self) -> _Batch | None:
         self._admit()
+        if self.prefill_first:
+            batch = self._prefill_only()
+            if batch is not None:
+                return batch
         d = self.model.depth
         cap = max(1, math.ceil(len(self.running) / d))
         budget = self.model.chunk_tokens

@@ -1,0 +1,127 @@
+"""Benchmark load on one replica: the three ways published vLLM numbers are measured, replayed.
+
+A measurement is only comparable with a prediction made at the measurement's own load, so the
+simulator (engine.py) is driven the way the benchmark drove the server:
+
+- `closed_loop(m, c, n)`: c clients (vllm bench serve --max-concurrency c, llmperf, AccelMark
+  interactive/sustained); each sends its next request when its previous one finishes, n requests in all;
+- `open_loop(m, rate, n, seed)`: n requests with Poisson arrivals at `rate` req/s (vllm bench serve
+  --request-rate), seeded;
+- `burst(m, n)`: n requests at t = 0 (request rate inf with no concurrency cap, LLM.generate,
+  benchmark_throughput, benchmark_latency's static batch).
+
+Request lengths: `lengths(n, I, O, spread, seed)` gives n (input, output) pairs with means I and O;
+spread 0 is the fixed-length random dataset, spread s draws each length uniformly in
+[(1 - s) x mean, (1 + s) x mean] (ShareGPT-like traffic, whose varied lengths keep closed-loop
+clients from moving in lock-step waves).
+
+`LoadResult` holds what `vllm bench serve` prints: output tokens per second over the whole run
+(first arrival to last completion), and the medians over requests of TTFT (arrival to first token),
+TPOT ((finish - first token) / (output - 1), requests with output > 1) and ITL (the mean gap between
+tokens over all tokens, as vLLM's ITL median over gaps is for a smooth stream).
+`prefill_first` replays vLLM's V0 scheduling (engine.ReplicaSim). Deterministic: the same arguments
+give the same result.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetcompile.perf.stepmodel import ReplicaModel
+from hetcompile.simulate.engine import Driver, ReplicaSim, Request
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    throughput: float  # output tokens/s over the run
+    ttft_s: float  # median
+    tpot_s: float  # median
+    duration_s: float
+    completed: int
+
+
+def lengths(n: int, input_tokens: float, output_tokens: float, spread: float, seed: int = 0) -> list[tuple[int, int]]:
+    """n (input, output) pairs with means input_tokens, output_tokens (module docstring)."""
+    if spread <= 0:
+        return [(max(1, round(input_tokens)), max(1, round(output_tokens)))] * n
+    rng = np.random.default_rng(seed)
+    u = rng.uniform(1 - spread, 1 + spread, size=(n, 2))
+    return [(max(1, round(input_tokens * a)), max(1, round(output_tokens * b))) for a, b in u]
+
+
+def _result(reqs: list[Request], end: float) -> LoadResult:
+    done = [r for r in reqs if r.finish is not None]
+    if not done:
+        return LoadResult(0.0, float("inf"), float("inf"), end, 0)
+    start = min(r.arrival for r in reqs)
+    last = max(r.finish for r in done)
+    tokens = sum(r.output_tokens for r in done)
+    ttft = statistics.median(r.first_token - r.arrival for r in done)
+    gaps = [(r.finish - r.first_token) / (r.output_tokens - 1) for r in done if r.output_tokens > 1]
+    tpot = statistics.median(gaps) if gaps else 0.0
+    return LoadResult(tokens / max(last - start, 1e-9), ttft, tpot, last - start, len(done))
+
+
+def _run(model: ReplicaModel, schedule, n: int, on_done=None, prefill_first: bool = False) -> tuple[Driver, list[Request]]:
+    sim = ReplicaSim("r", model, prefill_first=prefill_first)
+    reqs: list[Request] = []
+    drv = Driver([sim], on_done=on_done)
+    schedule(drv, reqs)
+    drv.loop.run(float("inf"), stop=lambda: sim.completed >= n)
+    return drv, reqs
+
+
+def closed_loop(model: ReplicaModel, c: int, pairs: list[tuple[int, int]], prefill_first: bool = False) -> LoadResult:
+    """len(pairs) requests from c clients that each send the next one when theirs finishes."""
+    queue = list(enumerate(pairs))
+    queue.reverse()
+    reqs: list[Request] = []
+    holder: dict = {}
+
+    def send(drv: Driver) -> None:
+        i, (inp, out) = queue.pop()
+        r = Request(i, "w", drv.loop.now, inp, out)
+        reqs.append(r)
+        drv.arrive("r", r)
+
+    def on_done(_r: Request) -> None:
+        if queue:
+            send(holder["drv"])
+
+    def schedule(drv: Driver, _reqs: list[Request]) -> None:
+        holder["drv"] = drv
+        for _ in range(min(c, len(queue))):
+            send(drv)
+
+    drv, _ = _run(model, schedule, len(pairs), on_done, prefill_first)
+    return _result(reqs, drv.loop.now)
+
+
+def open_loop(model: ReplicaModel, rate: float, pairs: list[tuple[int, int]], seed: int = 0,
+              prefill_first: bool = False) -> LoadResult:
+    """len(pairs) requests with Poisson arrivals at `rate` req/s (the first at t = 0)."""
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(pairs))
+    times = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    reqs = [Request(i, "w", float(t), inp, out) for i, (t, (inp, out)) in enumerate(zip(times, pairs))]
+
+    def schedule(drv: Driver, _reqs: list[Request]) -> None:
+        for r in reqs:
+            drv.loop.at(r.arrival, drv.arrive, "r", r)
+
+    drv, _ = _run(model, schedule, len(pairs), prefill_first=prefill_first)
+    return _result(reqs, drv.loop.now)
+
+
+def burst(model: ReplicaModel, pairs: list[tuple[int, int]], prefill_first: bool = False) -> LoadResult:
+    """len(pairs) requests all arriving at t = 0."""
+    reqs = [Request(i, "w", 0.0, inp, out) for i, (inp, out) in enumerate(pairs)]
+
+    def schedule(drv: Driver, _reqs: list[Request]) -> None:
+        for r in reqs:
+            drv.arrive("r", r)
+
+    drv, _ = _run(model, schedule, len(pairs), prefill_first=prefill_first)
+    return _result(reqs, drv.loop.now)
