@@ -153,7 +153,7 @@ def test_placement_block_is_shown_and_unknown_keys_are_refused() -> None:
     assert e.replicas[0].placement["depth"] == 2 and e.replicas[0].placement["binding"] == "latency"
     md = render_explanation(e, "md")
     assert "## Placement" in md and "placement: depth 2, concurrency 200, concurrency_limit max-num-seqs" in md
-    assert "- **llama-3.1-8b**: " in md and "helix_flow 123" in md and "| binding | capacity_tokens_per_s |" in md
+    assert "- **llama-3.1-8b**: " in md and "helix_flow 123" in md and "| binding | binding_node | capacity_tokens_per_s |" in md
     out = json.loads(render_explanation(e, "json"))
     assert out["placement"] == [block.model_dump(mode="json")]  # as plan.json has it
     ADAPTER.validate_json(render_explanation(e, "json"))

@@ -21,6 +21,12 @@ from hetcompile.ir.problem import Problem, Replica
 from hetcompile.opt.solve import relative_gap
 from hetcompile.perf.tail import PERCENTILES, TailModel, percentile_name
 
+def capacity_bound(term: str) -> dict:
+    """The IR's binding term ('slo-unmeetable: <reason>' carries its reason) as the plan's typed fields."""
+    kind, _, reason = term.partition(": ")
+    return {"binding": kind, "binding_reason": reason or None}
+
+
 OBJECTIVE_UNIT = {
     "max-throughput": "x demand",
     "min-makespan": "x demand",
@@ -102,7 +108,7 @@ def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
         kv_capacity_tokens=est.kv_capacity_tokens, prefill_tokens_per_s=est.prefill_tokens_per_s,
         decode_tokens_per_s=est.decode_tokens_per_s, estimate_source=est.source,
         workloads={w: ReplicaWorkload(capacity_requests_per_s=full.get(w, rps), planned_max_requests_per_s=rps,
-                                      concurrency=conc[w], binding=bind[w], ttft_s=ttft.get(w), tpot_s=tpot.get(w))
+                                      concurrency=conc[w], ttft_s=ttft.get(w), tpot_s=tpot.get(w), **capacity_bound(bind[w]))
                    for w, rps in est.throughput_rps},
         price_per_hour=replica_price_per_s(ir, r) * 3600, step_model=est.step_model,
     )

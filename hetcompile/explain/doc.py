@@ -105,7 +105,8 @@ def explanation_doc(e: Explanation) -> Doc:
               f"{r.bottleneck.text}" for r in e.replicas]
     for i, r in enumerate(e.replicas):
         if r.placement:  # the placement pass's own view of the chain, when the plan carries one
-            keys = [k for k in ("depth", "concurrency", "concurrency_limit", "binding", "helix_flow") if k in r.placement]
+            keys = [k for k in ("depth", "concurrency", "concurrency_limit", "concurrency_limit_node", "binding", "binding_node",
+                                "helix_flow") if r.placement[k] is not None]
             chains[i] += "; placement: " + ", ".join(f"{k} {_scalar(r.placement[k])}" for k in keys)
     workloads = _table(
         ("workload", "model", "demand", "served req/s", "capacity req/s", "replicas", "mean TTFT s", "mean TPOT s"),

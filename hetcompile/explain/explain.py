@@ -47,20 +47,21 @@ def _heaviest(work: list[float]) -> int:
     return max(range(len(work)), key=lambda i: (work[i], -i)) if work else 0
 
 
-def bottleneck(replica: PlanReplica, binding: str | None, work: list[float] | None = None) -> Bottleneck:
+def bottleneck(replica: PlanReplica, binding: str | None, work: list[float] | None = None,
+               reason: str | None = None) -> Bottleneck:
     """What bounds `replica` for a workload whose profile says `binding` (module docstring); `work`:
     the stages' step times (rates.stage_times)."""
     st = replica.stages
     b = binding or "unknown"
     work = work if work is not None else [rates.stage_work(s) for s in st]
-    if b == "bottleneck-stage" or b.startswith("stage:"):
+    if b == "bottleneck-stage":
         i = _heaviest(work)
         gpu, tp, region, lay = (st[i].gpu, st[i].tp, st[i].region, st[i].layers) if st else (None, None, None, (0, 0))
         text = f"stage {i} ({gpu} tp{tp} in {region}, layers {lay[0]}-{lay[1]}) paces decode"
         if _balanced(work):
             text += "; the stages are balanced, so every stage is as slow"
         return Bottleneck(kind="stage", stage=i, text=text)
-    if b in ("depth", "latency"):
+    if b == "depth":
         hops = _hops(replica)
         cross = sorted({h for h in hops if h.split("->")[0] != h.split("->")[1]})
         where = f"cross-region {', '.join(cross)}" if cross else "inside the region"
@@ -73,14 +74,15 @@ def bottleneck(replica: PlanReplica, binding: str | None, work: list[float] | No
     if b.startswith("slo-"):
         what = {"slo-tpot": "the workload's TPOT target (p99 bound) caps the concurrency",
                 "slo-ttft": "the workload's TTFT target caps the load (queueing for the prefill)"}
-        return Bottleneck(kind="other", text=what.get(b, f"the workload's SLO: {b.removeprefix('slo-')}"))
+        text = what.get(b, f"the workload's SLO: {b.removeprefix('slo-')}")
+        return Bottleneck(kind="other", text=f"{text} ({reason})" if reason else text)
     if b == "measured":
         return Bottleneck(kind="measured", text="a measured profile gives the capacity; what binds is not modelled")
     return Bottleneck(kind="other", text=f"binding term {b!r}")
 
 
 def _limit(binding: str | None) -> str:
-    if binding in ("bottleneck-stage", "depth", "latency") or (binding or "").startswith("stage:"):
+    if binding in ("bottleneck-stage", "depth"):
         return "kv-memory"
     if binding == "max-num-seqs":
         return "max-num-seqs"
@@ -113,7 +115,7 @@ def replica_view(plan: PlanDoc, r: PlanReplica) -> ReplicaView:
         loads.append(ReplicaLoad(
             workload=w, weight=rates.weight(plan, w, r.id), routed_requests_per_s=xw, capacity_requests_per_s=h,
             time_share=(xw / h if h else (1.0 if xw > rates.EPS else 0.0)), concurrency=e.concurrency if e else None,
-            concurrency_limit=_limit(binding), bottleneck=bottleneck(r, binding, work),
+            concurrency_limit=_limit(binding), bottleneck=bottleneck(r, binding, work, e.binding_reason if e else None),
             ttft_s=e.ttft_s if e else None, tpot_s=e.tpot_s if e else None,
         ))
     main = max(loads, key=lambda ld: ld.time_share, default=None)  # ties: the first by name

@@ -169,10 +169,10 @@ def slice_id(unit: str) -> str:
     return f"{node}-s{j}" if sep else node
 
 
-def _unit_ref(term: str) -> str:
-    """'stage:<unit>' / 'kv:<unit>' with the unit renamed to its plan node id."""
+def _unit_ref(term: str) -> tuple[str, str | None]:
+    """'stage:<unit>' / 'kv:<unit>' -> (kind, the unit's plan node id); 'latency' -> ('latency', None)."""
     kind, sep, unit = term.partition(":")
-    return f"{kind}:{slice_id(unit)}" if sep else term
+    return (kind, slice_id(unit)) if sep else (term, None)
 
 
 def chain_nodes(pool: dict[str, Node], res: PlacementResult) -> dict[str, Node]:
@@ -347,9 +347,11 @@ def model_summary(ir: Problem, m, j: _Judged) -> ModelPlacement:
         compose_depth_aware_capacity=j.da_c, scale_placement=j.theta_p, scale_compose=j.theta_c, scale_single_type=j.theta_s,
         chains=tuple(
             ChainSummary(replica=j.rid_of[c.id] if j.kept == "placement" else c.id, depth=c.depth, tp=c.tp,
-                         concurrency=c.concurrency, concurrency_limit=_unit_ref(c.concurrency_limit),
+                         concurrency=c.concurrency, concurrency_limit=_unit_ref(c.concurrency_limit)[0],
+                         concurrency_limit_node=_unit_ref(c.concurrency_limit)[1],
                          micro_batch=c.micro_batch, capacity_tokens_per_s=j.full_p[c.id],
-                         search_capacity_tokens_per_s=c.capacity, binding=_unit_ref(c.binding),
+                         search_capacity_tokens_per_s=c.capacity, binding=_unit_ref(c.binding)[0],
+                         binding_node=_unit_ref(c.binding)[1],
                          helix_flow=c.helix_flow, split_nodes=c.split_nodes)
             for c in j.chains
         ),

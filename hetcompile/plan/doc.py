@@ -30,6 +30,11 @@ from hetcompile.perf.stepmodel import ReplicaModel
 
 PLAN_FORMAT = "hetcompile-plan/1"
 
+# what bounds one replica's capacity for one workload: perf/capacity.py's terms, a measured
+# profile, or (an SLO workload) perf/tail.py's
+CapacityBound = Literal["bottleneck-stage", "depth", "max-num-seqs", "measured",
+                        "slo-ttft", "slo-tpot", "slo-headroom", "slo-unmeetable"]
+
 
 class Binding(Frozen):
     """A constraint that stops the plan from growing (or, for `demand`, that it meets exactly)."""
@@ -50,11 +55,13 @@ class ChainSummary(Frozen):
     depth: int
     tp: int
     concurrency: float = Field(description="C: requests in flight (KV minimum over stages, max-num-seqs)")
-    concurrency_limit: str = Field(description="'kv:<stage unit>' or 'max-num-seqs'")
+    concurrency_limit: Literal["kv", "max-num-seqs"] = Field(description="what caps C: one stage's KV cache, or --max-num-seqs")
+    concurrency_limit_node: NodeId | None = Field(default=None, description="kv: the node (or TP slice) whose KV cache caps C")
     micro_batch: float = Field(description="b = C / depth")
     capacity_tokens_per_s: float = Field(description="prompt + decode tokens/s at the model's mean workload: perf/capacity.py's full mode, what the plan reports")
     search_capacity_tokens_per_s: float = Field(default=0.0, description="the same by the formula's fast (fluid) mode, what placement's search ranked it by")
-    binding: str = Field(description="'stage:<unit>' (slowest stage) or 'latency' (round trip incl. hops), in the fast mode")
+    binding: Literal["stage", "latency"] = Field(description="what bounds the chain in the fast mode: its slowest stage, or the pipeline round trip (incl. hops)")
+    binding_node: NodeId | None = Field(default=None, description="stage: the node (or TP slice) of the slowest stage")
     helix_flow: float = Field(description="Helix semantics: min of T(k) over stages and link capacity over hops")
     split_nodes: tuple[str, ...] = ()
 
@@ -290,7 +297,8 @@ class ReplicaWorkload(Frozen):
         float | None, Field(description="the most requests/s of it the plan may route here: max_utilization x h, or less where "
                                         "the SLO's percentile binds")] = None
     concurrency: Annotated[float, Field(description="C: sequences in flight (KV minimum, --max-num-seqs)")]
-    binding: Annotated[str, Field(description="what bounds the capacity: bottleneck-stage, depth, max-num-seqs, measured, stage:<unit>, latency; for an SLO workload slo-tpot, slo-ttft or slo-unmeetable: <reason>")]
+    binding: Annotated[CapacityBound, Field(description="what bounds the capacity: the slowest stage (bottleneck-stage), the pipeline round trip (depth), --max-num-seqs, a measured profile; for an SLO workload the target that caps the load (slo-ttft, slo-tpot), the headroom (slo-headroom) or none met (slo-unmeetable)")]
+    binding_reason: Annotated[str | None, Field(description="slo-*: why, in words (e.g. which target no concurrency meets)")] = None
     ttft_s: Annotated[float | None, Field(description="estimated time to first token, seconds (an SLO workload: at its percentile and planned_max load)")] = None
     tpot_s: Annotated[float | None, Field(description="estimated time per output token at full load, seconds (an SLO workload: as ttft_s)")] = None
 
