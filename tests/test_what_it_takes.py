@@ -1,7 +1,7 @@
 """What it would take (issue 20, item 2): the budget that serves the whole demand, marginal values
 of the binding constraints, and "what binds" naming the budget whenever more budget buys more.
 
-The budget-limited spec is llama70b-pp with enough nodes that only the budget binds.
+The budget-limited spec is examples/llama70b-budget: llama70b-pp with enough nodes that only the budget binds.
 """
 
 from __future__ import annotations
@@ -19,12 +19,8 @@ from hetcompile.driver import compile_spec
 from hetcompile.plan.doc import Binding, Marginal, WhatItWouldTake
 from hetcompile.passes.compose_whatif import bindings_from_marginals
 
-BASE = (ROOT / "examples/llama70b-pp/spec.yaml").read_text()
-# $25/h: below what the whole demand takes on these nodes (the calibrated capacities serve 1.1x
-# the demand at the example's $40/h)
-BUDGET_LIMITED = BASE.replace("max_nodes: 4, price: $1.42/h", "max_nodes: 16, price: $1.42/h") \
-                     .replace("max_nodes: 6, price: $1.10/h", "max_nodes: 24, price: $1.10/h") \
-                     .replace("budget: $40/h", "budget: $25/h")
+# the bundled budget-limited example: llama70b-pp's workloads, plenty of nodes, $25/h
+BUDGET_LIMITED = (ROOT / "examples/llama70b-budget/spec.yaml").read_text()
 MIN_COST = re.sub(r"(?m)^budget: .*\n", "", BUDGET_LIMITED).replace("objective: max-throughput", "objective: min-cost")
 
 
