@@ -64,7 +64,7 @@ def build(
     """Compile SPEC into a plan and its artifacts under OUT."""
     from hetcompile.plan.canon import dumps_json
     from hetcompile.backends.emit import write
-    from hetcompile.backends.plan_json import plan_doc
+    from hetcompile.backends.plan_json import totals
     from hetcompile.driver import compile_spec
     from hetcompile.live import LiveLine
 
@@ -106,7 +106,7 @@ def build(
         if live:
             live.close()
     if not quiet:
-        t = plan_doc(res.ir).totals
+        t = totals(res.ir)  # the plan's totals, without building plan.json a second time
         num = lambda x: human.number(x, 6)  # noqa: E731
         out.print(
             f"plan {res.ir.name}: {human.plural(len(res.ir.replicas), 'replica')} on {human.plural(t.gpus, 'GPU')}, "

@@ -7,7 +7,6 @@ search space contains the plan (compose, when its replicas are deployed as they 
 
 from __future__ import annotations
 
-import math
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
@@ -19,7 +18,7 @@ from hetcompile.plan.doc import (
 )
 from hetcompile.ir.problem import Problem, Replica
 from hetcompile.opt.solve import relative_gap
-from hetcompile.perf.tail import PERCENTILES, TailModel, percentile_name
+from hetcompile.perf.tail import P_GRID, PERCENTILES, TailModel, mixture_quantile, percentile_name
 
 def capacity_bound(term: str) -> dict:
     """The IR's binding term ('slo-unmeetable: <reason>' carries its reason) as the plan's typed fields."""
@@ -183,44 +182,6 @@ class PlannedTails:
         finite = lambda x: x if x is not None and x < float("inf") else None  # noqa: E731
         return TailLatency(percentile=percentile_name(q), ttft_s=finite(ttft), tpot_s=finite(tpot),
                            utilization=max(self.rho[r.id] for _, r in routed))
-
-
-# quantiles each replica's tail is tabulated at: 0, then 1 - 10^(-k/20) up to 1 - 1e-9 (dense in the tail)
-P_GRID = np.concatenate(([0.0], 1.0 - 10.0 ** (-np.arange(1, 181) / 20.0)))
-BISECTIONS = 60
-
-
-def mixture_quantile(parts: list[tuple[float, np.ndarray]], q: float) -> float:
-    """The q-quantile of a mixture: `parts` = (share s_r, the q-quantiles of part r on P_GRID).
-    P_r(T > t) = 1 - the largest grid p whose quantile is <= t; t solves sum_r s_r P_r(T > t) = 1 - q
-    by bisection between the parts' smallest and largest q-quantile. inf when no finite t does (a
-    saturated replica taking more than 1 - q of the requests)."""
-    curves = [(share, np.maximum.accumulate(np.asarray(v, dtype=float))) for share, v in parts]
-
-    def quantile(v: np.ndarray, p: float) -> float:
-        k = int(np.searchsorted(P_GRID, p - 1e-12))
-        return float(v[min(k, len(v) - 1)])
-
-    def beyond(t: float) -> float:
-        mass = 0.0
-        for share, v in curves:
-            k = int(np.searchsorted(v, t, side="right")) - 1
-            mass += share * (1.0 - (P_GRID[k] if k >= 0 else 0.0))
-        return mass
-
-    ends = [quantile(v, q) for _, v in curves]
-    if len(curves) == 1:
-        return ends[0]
-    finite = [e for e in ends if math.isfinite(e)]
-    if not finite:
-        return math.inf
-    lo, hi = min(finite), max(finite)
-    if beyond(hi) > 1.0 - q:
-        return math.inf if len(finite) < len(ends) else hi
-    for _ in range(BISECTIONS):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if beyond(mid) > 1.0 - q else (lo, mid)
-    return hi
 
 
 def slo_doc(ir: Problem, w, tails: PlannedTails) -> Slo:

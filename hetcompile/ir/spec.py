@@ -17,6 +17,7 @@ from typing import Annotated, Callable, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from hetcompile.plan.doc import Percentile
 from hetcompile.ir import units
 from hetcompile.names import Name, PlanName
 
@@ -119,7 +120,7 @@ class SloSpec(_Spec):
     ttft: Annotated[LatencyTarget | None, Field(default=None, description="time to first token target, e.g. 2s")] = None
     tpot: Annotated[LatencyTarget | None, Field(default=None, description="time per output token target, e.g. 80ms")] = None
     percentile: Annotated[
-        Literal["p50", "p90", "p95", "p99"],
+        Percentile,
         Field(default="p99", description="share of requests each target holds for: p99 (default) means 99 in 100"),
     ] = "p99"
 

@@ -345,17 +345,18 @@ def model_summary(ir: Problem, m, j: _Judged) -> ModelPlacement:
         shared_depth_aware_capacity=shared.depth_aware_capacity if shared else None,
         shared_bound=shared.bound if shared else None, shared_gap=shared.gap if shared else None,
         compose_depth_aware_capacity=j.da_c, scale_placement=j.theta_p, scale_compose=j.theta_c, scale_single_type=j.theta_s,
-        chains=tuple(
-            ChainSummary(replica=j.rid_of[c.id] if j.kept == "placement" else c.id, depth=c.depth, tp=c.tp,
-                         concurrency=c.concurrency, concurrency_limit=_unit_ref(c.concurrency_limit)[0],
-                         concurrency_limit_node=_unit_ref(c.concurrency_limit)[1],
-                         micro_batch=c.micro_batch, capacity_tokens_per_s=j.full_p[c.id],
-                         search_capacity_tokens_per_s=c.capacity, binding=_unit_ref(c.binding)[0],
-                         binding_node=_unit_ref(c.binding)[1],
-                         helix_flow=c.helix_flow, split_nodes=c.split_nodes)
-            for c in j.chains
-        ),
+        chains=tuple(chain_summary(c, j) for c in j.chains),
     )
+
+
+def chain_summary(c, j: _Judged) -> ChainSummary:
+    limit, limit_node = _unit_ref(c.concurrency_limit)
+    binding, binding_node = _unit_ref(c.binding)
+    return ChainSummary(replica=j.rid_of[c.id] if j.kept == "placement" else c.id, depth=c.depth, tp=c.tp,
+                        concurrency=c.concurrency, concurrency_limit=limit, concurrency_limit_node=limit_node,
+                        micro_batch=c.micro_batch, capacity_tokens_per_s=j.full_p[c.id],
+                        search_capacity_tokens_per_s=c.capacity, binding=binding, binding_node=binding_node,
+                        helix_flow=c.helix_flow, split_nodes=c.split_nodes)
 
 
 def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, ...], ctx: PassContext) -> Problem:

@@ -30,6 +30,9 @@ from hetcompile.perf.stepmodel import ReplicaModel
 
 PLAN_FORMAT = "hetcompile-plan/1"
 
+# what an SLO's targets hold for (perf/tail.py's PERCENTILES)
+Percentile = Literal["p50", "p90", "p95", "p99"]
+
 # what bounds one replica's capacity for one workload: perf/capacity.py's terms, a measured
 # profile, or (an SLO workload) perf/tail.py's
 CapacityBound = Literal["bottleneck-stage", "depth", "max-num-seqs", "measured",
@@ -231,7 +234,7 @@ class PlanModel(Frozen):
 class Slo(Frozen):
     ttft_s: Annotated[float | None, Field(description="time-to-first-token target, seconds")] = None
     tpot_s: Annotated[float | None, Field(description="time-per-output-token target, seconds")] = None
-    percentile: Annotated[Literal["p50", "p90", "p95", "p99"], Field(description="share of requests the targets hold for")] = "p99"
+    percentile: Annotated[Percentile, Field(description="share of requests the targets hold for")] = "p99"
     predicted_ttft_s: Annotated[float | None, Field(description="TTFT at the percentile, tail model (perf/tail.py) at the planned load, worst routed replica")] = None
     predicted_tpot_s: Annotated[float | None, Field(description="TPOT at the percentile, tail model at the planned load, worst routed replica")] = None
     simulated_ttft_s: Annotated[float | None, Field(description="TTFT at the percentile in the build's simulation of the plan (null: not verified)")] = None
@@ -244,7 +247,7 @@ class Slo(Frozen):
 class TailLatency(Frozen):
     """What a workload's requests should see at the plan's own load, at one percentile."""
 
-    percentile: Annotated[Literal["p50", "p90", "p95", "p99"], Field(description="which quantile")] = "p99"
+    percentile: Annotated[Percentile, Field(description="which quantile")] = "p99"
     ttft_s: Annotated[float | None, Field(description="time to first token, worst routed replica (perf/tail.py)")] = None
     tpot_s: Annotated[float | None, Field(description="time per output token, worst routed replica")] = None
     utilization: Annotated[float | None, Field(description="highest planned load / full-load capacity of a routed replica")] = None

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hetcompile.plan.doc import PlanDoc
-from hetcompile.plan.doc import Verification, VerifiedWorkload
+from hetcompile.perf.tail import PERCENTILES
+from hetcompile.plan.doc import PlanDoc, Verification, VerifiedWorkload
 from hetcompile.simulate.doc import Percentiles, SimulationDoc
 from hetcompile.simulate.run import poisson_arrivals, simulate
 from hetcompile.simulate.tail import RELAXATIONS, relaxation_s, requests_for_quantile
@@ -33,7 +33,6 @@ VERIFY_REQUESTS = 2000
 VERIFY_MAX_REQUESTS = 40_000
 MAX_ROUNDS = 5
 TIGHTEN_MIN, TIGHTEN_MAX = 0.5, 0.9
-QUANTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ def run_length(plan: PlanDoc) -> tuple[float, float]:
     slo = _slo_workloads(plan)
     if not slo:
         return 0.0, 0.0
-    window = max(max(VERIFY_REQUESTS, 2 * requests_for_quantile(QUANTILES[w.slo.percentile])) / w.served_requests_per_s
+    window = max(max(VERIFY_REQUESTS, 2 * requests_for_quantile(PERCENTILES[w.slo.percentile])) / w.served_requests_per_s
                  for w in slo)
     total = sum(w.served_requests_per_s for w in plan.workloads)
     warmup = planned_warmup(plan)
