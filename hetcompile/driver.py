@@ -43,54 +43,105 @@ def compile_spec(
 
 
 def _miss_text(m) -> str:
+    """A miss in words: the judged percentile (the upper confidence bound, simulate/verify.py) over its target."""
+    if m.simulated_s <= m.target_s:
+        return (f"{m.what} {m.percentile} {m.simulated_s:.3g} s within target {m.target_s:.3g} s, but too few requests "
+                f"within every target for a {m.percentile}")
     return f"{m.what} {m.percentile} {'unbounded' if m.simulated_s == float('inf') else f'{m.simulated_s:.3g} s'} > target {m.target_s:.3g} s"
 
 
 def verify_by_simulation(ir0: Problem, res: PipelineResult, ctx: PassContext, log: Callable[[str], None]) -> PipelineResult:
-    """DESIGN.md's step 7: replay the plan at its planned load (simulate/verify.py); where an SLO
-    misses, keep a smaller share of the tail model's load for that workload (`tail_factors`) and
-    re-solve, for at most MAX_ROUNDS plans. An SLO still missed, or a tightened plan that no longer
-    fits the budget, is an error at the SLO's line with what would meet it."""
+    """DESIGN.md's step 7: replay the plan at its planned load (simulate/verify.py) and search, per
+    workload, the share f_w of the tail model's load (`tail_factors`) at which its targets hold (an
+    SLO, or without one the queueing bound): a missed workload's f_w shrinks by `tighten`'s step until
+    a plan holds, then bisects between the highest f_w that held and the lowest that missed (latency
+    is steep in load, so one ratio step overshoots), re-solving each time, for at most MAX_ROUNDS
+    plans. The result is the last plan whose every target held. If none held: an SLO missed (or a
+    tightened plan that no longer fits) is an error at the SLO's line with what would meet it; only
+    queueing bounds missed leave the last plan standing, with `verification.unmet` saying so."""
     from hetcompile.backends.plan_json import plan_doc
     from hetcompile.simulate.verify import MAX_ROUNDS, summary, tighten, verify
 
     factors: dict[str, float] = {}
-    last_sim: dict[str, float] = {}
+    held: dict[str, float] = {}  # per workload, the highest f_w whose targets held
+    missed: dict[str, float] = {}  # the lowest f_w whose targets missed
+    best: PipelineResult | None = None
     for rounds in range(1, MAX_ROUNDS + 1):
         start = time.perf_counter()
-        doc, ws, misses = verify(plan_doc(res.ir))
-        if doc is None:
-            return res  # no SLO: the headroom alone, nothing to verify
-        log(f"verify: round {rounds}: {sum(w.arrived for w in doc.workloads)} requests simulated in "
+        docs, ws, misses = verify(plan_doc(res.ir))
+        if docs is None:
+            return res  # nothing to check: no SLO and no queueing bound
+        log(f"verify: round {rounds}: {sum(w.arrived for d in docs for w in d.workloads)} requests simulated in "
             f"{time.perf_counter() - start:.3f}s" + ("".join(f"; {m.workload}: {_miss_text(m)}" for m in misses)))
+        slo = [m for m in misses if m.kind == "slo"]
+        unmet = tuple(sorted({f"{m.workload}: {_miss_text(m)}" for m in misses if m.kind != "slo"}))
+        verified = PipelineResult(res.ir.model_copy(update={"verification": summary(docs, ws, rounds, factors, unmet)}),
+                                  None, res.dumps)
         if not misses:
-            return PipelineResult(res.ir.model_copy(update={"verification": summary(doc, ws, rounds, factors)}), None, res.dumps)
-        for m in misses:
-            last_sim[f"{m.workload}:{m.what}"] = m.simulated_s
-        if rounds == MAX_ROUNDS:
+            best = verified
+        bad = {m.workload for m in misses}
+        for w in ws:
+            f = factors.get(w.name, 1.0)
+            if w.name in bad:
+                missed[w.name] = min(missed.get(w.name, f), f)
+            else:
+                held[w.name] = max(held.get(w.name, 0.0), f)
+        trial = _next_factors(factors, held, missed, tighten(misses))
+        if trial == factors or rounds == MAX_ROUNDS:
             break
-        for w, step in tighten(misses).items():
-            factors[w] = factors.get(w, 1.0) * step
-        tightened = ir0.model_copy(update={"tail_factors": tuple(sorted(factors.items()))})
         try:
-            res = run_pipeline(tightened, default_pipeline(), ctx)
+            res = run_pipeline(ir0.model_copy(update={"tail_factors": tuple(sorted(trial.items()))}), default_pipeline(), ctx)
         except HetcompileError as exc:
-            w = misses[0].workload
+            if best is not None or not slo:
+                log(f"verify: a plan at {_factors_text(trial)} of the tail model's load does not fit "
+                    f"({str(exc).splitlines()[0]})")
+                return best or verified
+            w = slo[0].workload
             raise InfeasibleError(
                 f"the SLO of workload {w!r} is not met at the planned load (simulated: "
-                f"{'; '.join(_miss_text(m) for m in misses if m.workload == w)}), and a plan that loads its replicas "
-                f"less ({factors[w]:.0%} of the tail model's load) does not fit: {str(exc).splitlines()[0]}",
+                f"{'; '.join(_miss_text(m) for m in slo if m.workload == w)}), and a plan that loads its replicas "
+                f"less ({trial.get(w, 1.0):.0%} of the tail model's load) does not fit: {str(exc).splitlines()[0]}",
                 ir0.span(f"slo:{w}") or ir0.span("budget"),
-                hint=_cheapest_change(misses, w),
+                hint=_cheapest_change(slo, w),
             ) from None
-    w = misses[0].workload
+        factors = trial
+    if best is not None:
+        return best
+    if not slo:
+        return verified
+    w = slo[0].workload
     raise InfeasibleError(
         f"the SLO of workload {w!r} is still missed after {MAX_ROUNDS} plan(s), each loading its replicas less "
         f"(now {factors.get(w, 1.0):.0%} of the tail model's load); simulated at the planned load: "
-        + "; ".join(_miss_text(m) for m in misses if m.workload == w),
+        + "; ".join(_miss_text(m) for m in slo if m.workload == w),
         ir0.span(f"slo:{w}"),
-        hint=_cheapest_change(misses, w),
+        hint=_cheapest_change(slo, w),
     )
+
+
+BISECT_TOLERANCE = 0.05  # stop refining f_w once the held and missed shares are this close (relative)
+
+
+def _next_factors(factors: dict[str, float], held: dict[str, float], missed: dict[str, float],
+                  steps: dict[str, float]) -> dict[str, float]:
+    """The next round's f_w (verify_by_simulation): missed and never held -> f_w x its tighten step;
+    bracketed (held at lo, missed at hi) and hi - lo > BISECT_TOLERANCE x hi -> (lo + hi) / 2, the
+    midpoint tried next; otherwise the highest share that held."""
+    out = dict(factors)
+    for w in sorted(set(held) | set(missed)):
+        f = factors.get(w, 1.0)
+        if w in missed and w not in held:
+            out[w] = f * steps.get(w, 1.0) if w in steps else f
+            continue
+        if w not in missed:
+            continue
+        lo, hi = held[w], missed[w]
+        out[w] = 0.5 * (lo + hi) if hi - lo > BISECT_TOLERANCE * hi else lo
+    return {w: round(f, 6) for w, f in out.items() if round(f, 6) < 1.0}
+
+
+def _factors_text(factors: dict[str, float]) -> str:
+    return ", ".join(f"{w} {f:.0%}" for w, f in sorted(factors.items())) or "100%"
 
 
 def _cheapest_change(misses, w: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -198,14 +199,12 @@ def test_an_slo_the_simulation_keeps_missing_fails_at_its_line_with_what_would_h
     from hetcompile.simulate import verify
 
     monkeypatch.setattr(verify, "MAX_ROUNDS", 1)
-    check = verify.check
+    targets = verify.targets
 
-    def strict(plan, doc):
-        half = tuple(w.model_copy(update={"slo": w.slo.model_copy(update={"ttft_s": w.slo.ttft_s / 2, "tpot_s": w.slo.tpot_s / 2})})
-                     if w.slo is not None else w for w in plan.workloads)
-        return check(plan.model_copy(update={"workloads": half}), doc)
+    def strict(plan):
+        return [dataclasses.replace(t, ttft_s=t.ttft_s / 2, tpot_s=t.tpot_s / 2) for t in targets(plan)]
 
-    monkeypatch.setattr(verify, "check", strict)
+    monkeypatch.setattr(verify, "targets", strict)
     with pytest.raises(InfeasibleError) as info:
         compile_spec(ROOT / "examples/chat-rag/spec.yaml")
     msg, text = str(info.value), (ROOT / "examples/chat-rag/spec.yaml").read_text()
@@ -221,3 +220,69 @@ def test_tighten_steps_are_bounded() -> None:
                    Miss("b", "TTFT", "p99", 2.0, 1.5), Miss("c", "TTFT", "p99", float("inf"), 1.0)])
     assert out == {"a": TIGHTEN_MIN, "b": 0.75, "c": TIGHTEN_MIN}
     assert tighten([Miss("d", "TPOT", "p99", 0.0401, 0.04)]) == {"d": TIGHTEN_MAX}
+
+
+def test_replications_widen_the_bound_where_runs_disagree() -> None:
+    """Two replications that disagree (one clean, one with 3% outside) give a wider bound than the
+    same requests taken as independent samples; runs that agree keep the independent-samples floor."""
+    from hetcompile.simulate.verify import Z, share_outside_ucb
+
+    clean, bad = [False] * 1000, [True] * 30 + [False] * 970
+    e = 30 / 2000
+    iid = e + Z * math.sqrt(e * (1 - e) / 2000)
+    assert share_outside_ucb([clean, bad]) > iid + 0.01
+    half = [True] * 15 + [False] * 985
+    assert share_outside_ucb([half, half]) == pytest.approx(iid)
+    assert share_outside_ucb([clean, clean]) == 0.0
+
+
+def test_tail_factors_bisect_between_held_and_missed() -> None:
+    """The verify loop's search: a miss never held shrinks by its step; a workload bracketed by a held
+    and a missed share tries the midpoint, and settles on the held one once they are close."""
+    from hetcompile.driver import _next_factors
+
+    assert _next_factors({}, {}, {"a": 1.0}, {"a": 0.5}) == {"a": 0.5}
+    assert _next_factors({"a": 0.5}, {"a": 0.5}, {"a": 1.0}, {}) == {"a": 0.75}
+    assert _next_factors({"a": 0.75}, {"a": 0.5}, {"a": 0.75}, {"a": 0.9}) == {"a": 0.625}
+    assert _next_factors({"a": 0.74}, {"a": 0.74}, {"a": 0.75}, {}) == {"a": 0.74}
+    assert _next_factors({"b": 0.9}, {"a": 1.0, "b": 0.9}, {}, {}) == {"b": 0.9}
+
+
+def test_the_queueing_bound_is_opt_in_and_checked_by_simulation(tmp_path) -> None:
+    """`max_ttft_slowdown` set: workloads without an SLO are sized so that their p99 TTFT stays within
+    that multiple of the idle TTFT, the build simulates the plan, and plan.json states the simulated
+    p99 of every workload; three-regions' RAG replicas on T4s (17 requests of 30 s each at 85% busy)
+    queue for tens of seconds without it. Unset, nothing is simulated and the plan is as before."""
+    from conftest import ROOT
+    from hetcompile.backends.emit import write
+    from hetcompile.driver import compile_spec
+    from hetcompile.plan.io import read_plan_doc
+
+    src = ROOT / "examples/three-regions/spec.yaml"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(src.read_text() + "max_ttft_slowdown: 5\n")
+    write(compile_spec(spec).ir, tmp_path / "out")
+    plan = read_plan_doc(tmp_path / "out/plan.json")
+    assert plan.max_ttft_slowdown == 5 and plan.verification is not None
+    assert {w.name for w in plan.verification.workloads} == {"chat", "rag"}
+    assert all(v.target == "queueing" and v.ttft_target_s and v.met for v in plan.verification.workloads)
+    for w in plan.workloads:
+        v = next(v for v in plan.verification.workloads if v.name == w.name)
+        assert w.simulated is not None and w.simulated.ttft_s == v.p99_ttft_s <= v.ttft_target_s
+    write(compile_spec(src).ir, tmp_path / "plain")
+    plain = read_plan_doc(tmp_path / "plain/plan.json")
+    assert plain.verification is None and all(w.simulated is None for w in plain.workloads)
+    assert plain.totals.requests_per_s > plan.totals.requests_per_s
+
+
+def test_a_slowdown_of_one_or_less_is_an_error_at_its_line(tmp_path) -> None:
+    from conftest import ROOT
+    from hetcompile.driver import compile_spec
+    from hetcompile.errors import HetcompileError
+
+    spec = tmp_path / "spec.yaml"
+    text = (ROOT / "examples/three-regions/spec.yaml").read_text() + "max_ttft_slowdown: 1\n"
+    spec.write_text(text)
+    with pytest.raises(HetcompileError) as info:
+        compile_spec(spec)
+    assert f"spec.yaml:{len(text.splitlines())}:" in str(info.value) and "max_ttft_slowdown" in str(info.value)

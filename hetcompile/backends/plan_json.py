@@ -202,6 +202,15 @@ def slo_doc(ir: Problem, w, tails: PlannedTails) -> Slo:
                simulated_attainment=ver.attainment if ver else None, met=met)
 
 
+def simulated_tail(ir: Problem, w: str, predicted: TailLatency | None) -> TailLatency | None:
+    """The workload's p99 TTFT and TPOT in the build's simulation of the plan (null: not simulated)."""
+    ver = next((v for v in ir.verification.workloads if v.name == w), None) if ir.verification else None
+    if ver is None:
+        return None
+    return TailLatency(percentile="p99", ttft_s=ver.p99_ttft_s, tpot_s=ver.p99_tpot_s,
+                       utilization=predicted.utilization if predicted else None)
+
+
 def next_replica(ir: Problem) -> int:
     """One past the highest replica number this plan or its predecessors used (ids are never reused)."""
     used = [int(r.id[1:]) for r in ir.replicas if r.id[:1] == "r" and r.id[1:].isdigit()]
@@ -225,7 +234,8 @@ def plan_doc(ir: Problem) -> PlanDoc:
             PlanWorkload(name=w.name, model=w.model, input_tokens=w.input_tokens, output_tokens=w.output_tokens,
                          demand=w.demand, demand_kind=w.demand_kind, served_requests_per_s=served[w.name],
                          slo=slo_doc(ir, w, tails) if (w.ttft_slo or w.tpot_slo) else None,
-                         predicted=tails.at(w.name, PERCENTILES["p99"]))
+                         predicted=(pred := tails.at(w.name, PERCENTILES["p99"])),
+                         simulated=simulated_tail(ir, w.name, pred))
             for w in ir.workloads
         ),
         engine=EngineSettings(max_num_seqs=ir.engine.max_num_seqs, gpu_memory_utilization=ir.engine.gpu_memory_utilization,
@@ -240,6 +250,7 @@ def plan_doc(ir: Problem) -> PlanDoc:
         placement=ir.placements,
         primary_workers=ir.primary_workers or None,
         max_utilization=ir.max_utilization,
+        max_ttft_slowdown=ir.max_ttft_slowdown,
         verification=ir.verification,
         next_replica=next_replica(ir),
         prices=tuple(PlanPrice(offer=o.id, gpu=o.gpu, region=o.region, cloud=o.cloud, price_per_gpu_hour=o.price_per_gpu_s * 3600,

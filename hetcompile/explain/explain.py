@@ -78,6 +78,9 @@ def bottleneck(replica: PlanReplica, binding: str | None, work: list[float] | No
         return Bottleneck(kind="other", text=f"{text} ({reason})" if reason else text)
     if b == "measured":
         return Bottleneck(kind="measured", text="a measured profile gives the capacity; what binds is not modelled")
+    if b == "queueing":
+        text = "the queueing bound caps the load (no SLO: p99 TTFT within max_ttft_slowdown x the idle TTFT)"
+        return Bottleneck(kind="other", text=f"{text} ({reason})" if reason else text)
     return Bottleneck(kind="other", text=f"binding term {b!r}")
 
 

@@ -413,6 +413,7 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
         measured=measured,
         measured_only=spec.estimates == "measured-only",
         max_utilization=spec.max_utilization,
+        max_ttft_slowdown=spec.max_ttft_slowdown,
         placement=_placement(spec, smap, spec_path.parent, {m.name: m for m in models}, user),
         spans=_spans(spec, smap, offers),
         warnings=tuple(warnings),

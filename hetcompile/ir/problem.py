@@ -292,6 +292,8 @@ class Problem(Frozen):
     measured: tuple[MeasuredShape, ...] = ()
     measured_only: bool = False
     max_utilization: Annotated[float, Field(gt=0, le=1, description="headroom: most of h_{c,w} a replica is planned at")] = 0.85
+    max_ttft_slowdown: Annotated[float | None, Field(gt=1, description="without an SLO: p99 TTFT / idle TTFT bound (perf/tail.py); "
+                                                                 "None: none")] = None
     tail_factors: tuple[tuple[str, float], ...] = Field(
         default=(), description="per workload, the share of its tail-model load the build's simulation allowed (verify loop)")
     verification: Verification | None = None

@@ -24,7 +24,7 @@ from hetcompile.ir.problem import MeasuredShape, Offer, PerfEntry, Problem, Shap
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.perf import analytic
 from hetcompile.perf.capacity import chain_capacity
-from hetcompile.perf.tail import tail_capacity
+from hetcompile.perf.tail import PERCENTILES, TailModel, default_ttft_bound, tail_capacity
 from hetcompile.perf.stepmodel import LayerCost, ReplicaModel
 
 EXTRA_DEPTH = 1
@@ -71,7 +71,9 @@ def estimate_shape(ir: Problem, model: str, offer: Offer, entry: PerfEntry, part
 def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
     """Per-workload capacity of one replica model: h_{c,w} at full load (chain_capacity), and the
     load the plan may put on it (perf/tail.py's tail_capacity): the headroom `max_utilization` x h,
-    or less where the workload's SLO percentile binds (0 excludes the shape for that workload), times
+    or less where the workload's SLO percentile binds (0 excludes the shape for that workload) or,
+    without an SLO and with `max_ttft_slowdown` set, where its p99 TTFT would pass that multiple of
+    the idle TTFT, times
     the share the build's simulation left it (`tail_factors`). The analytic and the fitted step model
     both come through here, so a measured profile is sized for the tail too. ttft_s / tpot_s: the
     full-load values for a workload without SLO, the SLO percentile's at the planned load with one."""
@@ -93,9 +95,17 @@ def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
             ttft.append((w.name, t.ttft_s))
             tpot.append((w.name, t.tpot_s))
             continue
-        rps.append((w.name, ir.max_utilization * e.requests_per_s * factor))
+        if ir.max_ttft_slowdown is None:
+            rps.append((w.name, ir.max_utilization * e.requests_per_s * factor))
+            bind.append((w.name, e.binding))
+        else:
+            tm = TailModel(rm, w.input_tokens, w.output_tokens)
+            t = tail_capacity(rm, w.input_tokens, w.output_tokens, PERCENTILES["p99"],
+                              default_ttft_bound(tm, ir.max_ttft_slowdown), None, ir.max_utilization, model=tm)
+            rps.append((w.name, t.requests_per_s * factor))
+            bind.append((w.name, e.binding if t.binding == "headroom" else
+                         f"queueing: p99 TTFT held within {ir.max_ttft_slowdown:g}x the idle replica's {tm.idle_ttft():.3g} s"))
         conc.append((w.name, e.concurrency))
-        bind.append((w.name, e.binding))
         ttft.append((w.name, e.ttft_s))
         tpot.append((w.name, e.tpot_s))
     return {

@@ -37,8 +37,10 @@ Notation (one replica, one workload of I prompt / O output tokens, Poisson arriv
 Sizing (`tail_capacity`): the largest lambda <= u_max h_full whose TTFT_q and TPOT_q meet the
 targets, by bisection on lambda (both grow with it) with a fixed number of steps: deterministic.
 u_max is the plan's headroom (`max_utilization`, DEFAULT_MAX_UTILIZATION): no plan loads a
-replica past it, SLO or not. The build then replays the plan in the simulator and tightens where
-this model was optimistic (simulate/verify.py).
+replica past it, SLO or not. With `max_ttft_slowdown` = s_max set, a workload without an SLO gets
+one on its queueing (`default_ttft_bound`): TTFT_0.99 <= s_max TTFT_idle, TTFT_idle the TTFT of a
+request that finds the replica idle. The build
+then replays the plan in the simulator and tightens where this model was optimistic (simulate/verify.py).
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ from hetcompile.perf.stepmodel import ReplicaModel
 PERCENTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
 DEFAULT_PERCENTILE = "p99"
 DEFAULT_MAX_UTILIZATION = 0.85  # the headroom every plan keeps: no replica planned past 85% of h_full
+# `max_ttft_slowdown` (opt-in): without an SLO, a workload's p99 TTFT on a replica stays within this
+# multiple of the TTFT it sees on the idle replica. 85% busy alone leaves a replica with few, long
+# requests (a 13B model on T4s holding 17 RAG requests of 30 s each) queueing arrivals for tens of
+# seconds; 5 is the value the examples were tried with (bench/tail_fidelity.py)
+DEFAULT_TTFT_SLOWDOWN = 5.0
 GRID = 40  # points of h(n) computed exactly; the rest interpolated (h is smooth in n)
 BISECTIONS = 32
 TAIL_EPS = 1e-12  # mass of the geometric tail left out
@@ -112,6 +119,10 @@ class TailModel:
         mu[-1] = self.h_full  # at c sequences the KV is as full as it gets: preemption included
         self.log_mu_cum = np.cumsum(np.log(np.maximum(mu, 1e-300)))
         self.prefill_rate = prefill_rate(rm)
+
+    def idle_ttft(self) -> float:
+        """TTFT of a request that finds the replica idle: chain_capacity's TTFT at one sequence."""
+        return self._at(min(1.0, self.c_max))[0]
 
     def quantile_in_system(self, rate: float, q: float) -> float:
         """N_q: the q-quantile of the requests an arrival finds (inf when rate >= h_full)."""
@@ -224,6 +235,19 @@ def tail_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, q
     tpot_over = over.tpot_s / tpot_target if tpot_target is not None else 0.0
     binding = "slo-ttft" if ttft_over >= tpot_over else "slo-tpot"
     return TailEstimate(lo, best.in_flight, best.ttft_s, best.tpot_s, best.utilization, binding)
+
+
+def idle_ttft(rm: ReplicaModel, input_tokens: float, output_tokens: float) -> float:
+    """TTFT_idle without building the whole TailModel: chain_capacity at one sequence in flight
+    (TailModel.idle_ttft reads the same point off its grid)."""
+    one = concurrency(rm, input_tokens, output_tokens) > 1.0
+    return (chain_capacity(rm, input_tokens, output_tokens, max_concurrency=1.0) if one
+            else chain_capacity(rm, input_tokens, output_tokens)).ttft_s
+
+
+def default_ttft_bound(tm: TailModel, slowdown: float = DEFAULT_TTFT_SLOWDOWN) -> float:
+    """The p99 TTFT a workload without an SLO may see on this replica: slowdown x TTFT_idle."""
+    return slowdown * tm.idle_ttft()
 
 
 def tail_at_load(rm: ReplicaModel, input_tokens: float, output_tokens: float, rate: float,

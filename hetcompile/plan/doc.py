@@ -35,7 +35,7 @@ Percentile = Literal["p50", "p90", "p95", "p99"]
 
 # what bounds one replica's capacity for one workload: perf/capacity.py's terms, a measured
 # profile, or (an SLO workload) perf/tail.py's
-CapacityBound = Literal["bottleneck-stage", "depth", "max-num-seqs", "measured",
+CapacityBound = Literal["bottleneck-stage", "depth", "max-num-seqs", "measured", "queueing",
                         "slo-ttft", "slo-tpot", "slo-headroom", "slo-unmeetable"]
 
 
@@ -195,26 +195,36 @@ class Alternatives(Frozen):
 
 
 class VerifiedWorkload(Frozen):
-    """What the build's simulation measured for one SLO workload (simulate/verify.py)."""
+    """What the build's simulation measured for one workload (simulate/verify.py), against its SLO or,
+    without one, the queueing bound (p99 TTFT within max_ttft_slowdown x the idle TTFT)."""
 
     name: str
+    target: Literal["slo", "queueing"] = Field(description="slo: the spec's targets; queueing: the default bound")
     percentile: str
-    ttft_s: float | None = Field(description="simulated TTFT at the SLO's percentile")
-    tpot_s: float | None = Field(description="simulated TPOT at the SLO's percentile")
+    ttft_target_s: float | None = Field(description="the TTFT target at the percentile (queueing: the bound)")
+    tpot_target_s: float | None = Field(description="the TPOT target at the percentile")
+    ttft_s: float | None = Field(description="simulated TTFT at the percentile")
+    tpot_s: float | None = Field(description="simulated TPOT at the percentile")
+    p99_ttft_s: float | None = Field(description="simulated p99 TTFT")
+    p99_tpot_s: float | None = Field(description="simulated p99 TPOT")
     attainment: float | None = Field(description="share of requests within every target")
-    met: bool
+    met: bool = Field(description="the share of requests within every target is at least the percentile's, at the lower 95% "
+                                  "confidence bound over independent replications (simulate/verify.py)")
     factor: float = Field(description="share of the tail model's load the plan was left with")
 
 
 class Verification(Frozen):
     """The build's check of the plan by simulation: seeded, work-bounded (requests, not seconds)."""
 
-    seed: int
-    requests: int = Field(description="requests simulated in the last round")
-    duration_s: float
-    warmup_s: float
+    seed: int = Field(description="seed of the first replication; replication r runs with seed + r")
+    replications: int = Field(default=1, description="independent replications per round")
+    requests: int = Field(description="requests measured in the last round, all replications")
+    duration_s: float = Field(description="seconds of arrivals per replication")
+    warmup_s: float = Field(description="of which warm-up, per replication")
     rounds: int = Field(description="plans simulated (1: the first plan held)")
     workloads: tuple[VerifiedWorkload, ...]
+    unmet: tuple[str, ...] = Field(default=(), description="queueing bounds the last plan still misses (no SLO: the plan stands, "
+                                                           "with this said)")
 
 
 class Compiler(Frozen):
@@ -262,7 +272,11 @@ class PlanWorkload(Frozen):
     demand_kind: Literal["rate", "requests", "share"]
     served_requests_per_s: Annotated[float, Field(description="theta * lambda_w: what the plan serves")]
     slo: Annotated[Slo | None, Field(description="the spec's SLO, if any")] = None
-    predicted: Annotated[TailLatency | None, Field(description="p99 TTFT and TPOT at the planned load (null: nothing routed)")] = None
+    predicted: Annotated[TailLatency | None, Field(description="p99 TTFT and TPOT at the planned load by the tail model "
+                                                              "(perf/tail.py; null: nothing routed)")] = None
+    simulated: Annotated[TailLatency | None, Field(description="p99 TTFT and TPOT at the planned load in the build's seeded "
+                                                              "simulation of the whole plan (`verification`); the plan's statement "
+                                                              "of its tail (null: nothing routed)")] = None
 
 
 class PlanNode(Frozen):
@@ -383,8 +397,10 @@ class PlanDoc(Frozen):
                           "as attention workers (absent when selection changed nothing)"),
     ] = None
     max_utilization: Annotated[float, Field(description="headroom: the most of its full-load capacity a replica is planned at")] = 0.85
+    max_ttft_slowdown: Annotated[float | None, Field(description="without an SLO: p99 TTFT within this multiple of the idle TTFT "
+                                                                 "(null: no such bound)")] = None
     verification: Annotated[
-        Verification | None, Field(description="the build's simulation of the plan at its planned load (null: no SLO to check)")
+        Verification | None, Field(description="the build's simulation of the plan at its planned load (null: nothing routed)")
     ] = None
     next_replica: Annotated[int, Field(ge=0, le=999_999_999, description="replica ids r0 .. r{next_replica-1} are taken, in this plan or earlier ones")]
     prices: Annotated[tuple[PlanPrice, ...], Field(description="every offer's price and where it came from")] = ()

@@ -125,9 +125,10 @@ def replica_sims(plan: PlanDoc) -> list[ReplicaSim]:
     return sims
 
 
-def simulate(plan: PlanDoc, arrivals: list[Arrival], duration: float, *, seed: int = 0, load: float = 1.0,
-             arrivals_name: str = "poisson", warmup: float | None = None) -> SimulationDoc:
-    warmup = duration * WARMUP_FRACTION if warmup is None else warmup
+def replay(plan: PlanDoc, arrivals: list[Arrival], duration: float) -> tuple[list[Request], list[ReplicaSim]]:
+    """Every request of `arrivals` (those at t <= duration) through the plan's routing and replicas,
+    run until they finish or `DRAIN_FACTOR` x duration more has passed; the requests in arrival
+    order, and the replicas with their counters."""
     sims = replica_sims(plan)
     for s in sims:
         s.measure_until = duration
@@ -157,29 +158,58 @@ def simulate(plan: PlanDoc, arrivals: list[Arrival], duration: float, *, seed: i
     finished = [0]
     driver.on_done = lambda r: finished.__setitem__(0, finished[0] + 1)
     driver.loop.run(duration * (1.0 + DRAIN_FACTOR), stop=lambda: finished[0] >= total)
+    return requests, sims
 
+
+def measured(requests: list[Request], workload: str, warmup: float, duration: float) -> list[Request]:
+    """The workload's requests that arrived inside the measured window [warmup, duration]."""
+    return [r for r in requests if r.workload == workload and warmup <= r.arrival <= duration]
+
+
+def ttft_of(r: Request) -> float:
+    """Time to first token (inf: never got one before the drain ended)."""
+    return r.first_token - r.arrival if r.first_token is not None else math.inf
+
+
+def tpot_of(r: Request) -> float | None:
+    """Time per output token after the first (None: one output token; inf: unfinished)."""
+    if r.output_tokens <= 1:
+        return None
+    return (r.finish - r.first_token) / (r.output_tokens - 1) if r.finish is not None else math.inf
+
+
+def within(r: Request, ttft_s: float | None, tpot_s: float | None) -> bool:
+    """Finished within every given target."""
+    if r.finish is None:
+        return False
+    if ttft_s is not None and ttft_of(r) > ttft_s:
+        return False
+    t = tpot_of(r)
+    return tpot_s is None or t is None or t <= tpot_s
+
+
+def simulate(plan: PlanDoc, arrivals: list[Arrival], duration: float, *, seed: int = 0, load: float = 1.0,
+             arrivals_name: str = "poisson", warmup: float | None = None) -> SimulationDoc:
+    warmup = duration * WARMUP_FRACTION if warmup is None else warmup
+    requests, sims = replay(plan, arrivals, duration)
+    return summarize(plan, requests, sims, duration, warmup, seed=seed, load=load, arrivals_name=arrivals_name)
+
+
+def summarize(plan: PlanDoc, requests: list[Request], sims: list[ReplicaSim], duration: float, warmup: float, *,
+              seed: int = 0, load: float = 1.0, arrivals_name: str = "poisson") -> SimulationDoc:
+    """simulation.json of a replay (module docstring's measurement)."""
     window = max(duration - warmup, 1e-9)
     results = []
     for w in sorted(plan.workloads, key=lambda w: w.name):
-        mine = [r for r in requests if r.workload == w.name]
-        inside = [r for r in mine if warmup <= r.arrival <= duration]
-        done_in_window = [r for r in mine if r.finish is not None and warmup <= r.finish <= duration]
-        ttft = [r.first_token - r.arrival for r in inside if r.first_token is not None]
-        tpot = [(r.finish - r.first_token) / (r.output_tokens - 1) for r in inside
-                if r.finish is not None and r.output_tokens > 1]
+        inside = measured(requests, w.name, warmup, duration)
+        done_in_window = [r for r in requests if r.workload == w.name and r.finish is not None
+                          and warmup <= r.finish <= duration]
+        ttft = [ttft_of(r) for r in inside if r.first_token is not None]
+        tpot = [t for r in inside if r.finish is not None and (t := tpot_of(r)) is not None]
         slo = w.slo
         att = None
         if slo is not None and (slo.ttft_s is not None or slo.tpot_s is not None):
-            ok = 0
-            for r in inside:
-                if r.finish is None:
-                    continue
-                if slo.ttft_s is not None and r.first_token - r.arrival > slo.ttft_s:
-                    continue
-                if slo.tpot_s is not None and r.output_tokens > 1 and (r.finish - r.first_token) / (r.output_tokens - 1) > slo.tpot_s:
-                    continue
-                ok += 1
-            att = ok / len(inside) if inside else None
+            att = sum(within(r, slo.ttft_s, slo.tpot_s) for r in inside) / len(inside) if inside else None
         results.append(WorkloadResult(
             name=w.name, planned_requests_per_s=w.served_requests_per_s,
             offered_requests_per_s=len(inside) / window, arrived=len(inside),
