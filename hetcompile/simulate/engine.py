@@ -29,9 +29,11 @@ What a replica does, as vLLM's V1 scheduler does it (and as perf/capacity.py ass
   cohorts collapsed until fewer than d batches carried the decode (0.73-0.77x the formula on PP3/PP4
   chains bound by max-num-seqs). --max-num-seqs bounds the running sequences of the whole engine;
   a micro-batch takes at most ceil(running / d) decode sequences so the d cohorts stay balanced
-  (b = C / d in capacity.py), and prompt chunks only count against the token budget: the decode-only
-  cap of vllm-project/vllm#57433 (upstream V1 does not rebalance; a cap that counts prefill too,
-  #50410, cost 8% there, and here a prompt displaced a decode into the next cycle).
+  (b = C / d in capacity.py), and prompt chunks only count against the token budget. Upstream V1
+  does not rebalance (cohort sizes are whatever admission made them: RBLN-SW/vllm-rbln#243);
+  vllm-project/vllm#57433 (open) proposes this decode-only cap, with ceil(max_num_seqs / pp_size),
+  after a cap that counts prompts too (#50410) cost 8%; here such a cap displaced a decode into the
+  next cycle whenever a prompt joined a batch.
 
 Everything is deterministic: no randomness here, ties broken by event sequence numbers.
 """

@@ -206,14 +206,14 @@ def _one_replica(rm, input_tokens: int, output_tokens: int, rate: float, duratio
     [O (1 - spread), O (1 + spread)] (a second seeded stream, so the arrival times stay the same)."""
     driver = Driver([ReplicaSim("r", rm)])
     rng = np.random.default_rng(seed)
-    lengths = np.random.default_rng([seed, 1])
+    lengths = np.random.default_rng([seed, 1]) if spread > 0 else None
     lo, hi = max(1, round(output_tokens * (1.0 - spread))), max(1, round(output_tokens * (1.0 + spread)))
     t, reqs = 0.0, []
     while True:
         t += float(rng.exponential(1.0 / rate))
         if t > duration:
             break
-        out = int(lengths.integers(lo, hi + 1)) if spread > 0 else output_tokens
+        out = int(lengths.integers(lo, hi + 1)) if lengths is not None else output_tokens
         req = Request(len(reqs), "w", t, input_tokens, out)
         reqs.append(req)
         driver.loop.at(t, driver.arrive, "r", req)
