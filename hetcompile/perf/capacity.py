@@ -294,8 +294,8 @@ def cluster_interval(rm: ReplicaModel, mix: StepMix, points: list[tuple[float, l
     by a share phi = (1 - (1 - q)^d) / (d q) of the lumps: a lump costs (L - s) + (T_L - d s - (L - s)) phi.
     (It was d (L - s)(1 + (d - 1)(1 - pi)), pi = P(the next launch carries a lump), a fixed point:
     on the deep chains of unlike stages of the helix examples that charged the slowest stage's lump
-    time at every stage and missed lumps sharing a lap, 1.28-1.44x conservative against the simulator
-    with output lengths +-50%; bench/README.md.)"""
+    time at every stage and missed lumps sharing a lap: 1.14-1.75x conservative against the simulator
+    with geometric output lengths; bench/README.md.)"""
     d = rm.depth
     quiet = _lump_times(rm, mix, 0.0, input_tokens, output_tokens)
     s = max(max(quiet), (sum(quiet) + rm.hop_time(mix.decode)) / d)

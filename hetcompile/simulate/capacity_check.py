@@ -17,7 +17,7 @@ of prompt tokens.
 uniformly within +-50% of the mean. With identical requests a pipeline's saturation is history
 dependent: requests admitted together finish together and are replaced in the same micro-batch
 cohort, so prompt steps lock into patterns set by how the backlog formed (helix-highhet42 r1, PP13:
-0.59 req/s offered 1.3x the formula, 0.94 offered 3x). Lengths that vary, as any real trace's do,
+0.59 req/s offered 0.61/s, 0.94 offered 1.40/s). Lengths that vary, as any real trace's do,
 break the lockstep: the same chains then give the same throughput at 1.3x and 3x. The mean context
 of the sequences in flight moves from I + O/2 to I + 0.54 O, which the formula's KV sizing ignores.
 """
