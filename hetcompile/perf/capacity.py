@@ -30,8 +30,9 @@ simulator, hetcompile/simulate/engine.py, replays exactly this):
         composed) batch ahead of it at every later stage: a prompt lump stalls the pipeline
     tau = max(max_i E[t_i], (sum_i E[t_i] + W + H) / d)   seconds between micro-batch steps: the
         slowest stage, or the round trip (H: hops) shared by d batches; with d >= 3 stages at least
-        the lumps' fill and drain (cluster_interval: a lump of stage time L holds every batch
-        behind it at every stage, d (L - s) per lump, less when lumps follow each other)
+        the lumps' fill and drain (cluster_interval: a lump holds every batch behind it at every
+        stage, its round trip T_L less a quiet cycle d s when alone in its lap of d launches, L - s
+        when another lump of the lap already stalls it; L its slowest stage, s the quiet interval)
     X   = r O / tau                       output tokens/s;  h = X / O requests/s
     TPOT = d tau                          seconds between a sequence's tokens at full load
     TTFT = o_r + R + sum over the prompt's chunks of the stage times + H, each chunk's step also
@@ -282,31 +283,32 @@ def cluster_interval(rm: ReplicaModel, mix: StepMix, points: list[tuple[float, l
                      input_tokens: float, output_tokens: float) -> float:
     """tau of a pipeline of d >= 3 stages from its prompt lumps' fill and drain (module docstring).
 
-    The d micro-batches in flight cycle through the stages in order, so a batch carrying a lump of
-    stage time L holds every batch behind it at every stage: alone, it stretches the cycle from
-    d s to d L (s: the quiet step interval), a cost of d (L - s) where the mean-round-trip model
-    (plus W) charges about (2d - 1) / d (L - s). A run of n lumps in consecutive launches pipelines:
-    (n + d - 1)(L - s). The batch launched after a lump is formed when stage 0 frees, L later, and
-    carries a lump with probability pi = 1 - exp(-lambda L) (lambda = r / tau prompts per second), so
-    runs are geometric and a lump costs (L - s)(1 + (d - 1)(1 - pi)) on average. Solved for tau by
-    damped fixed-point iteration (deterministic)."""
+    The d micro-batches in flight cycle through the stages in order, so a batch carrying a lump holds
+    every batch behind it at every stage: alone in its lap (the d launches that share one cycle), it
+    stretches the cycle from d s (s: the quiet step interval) to its own round trip T_L = sum_i t_i + H,
+    a cost of T_L - d s (d (L - s) when the stages are alike, L the lump's slowest stage). Another
+    lump in the same lap waits inside that stall and costs only its own L - s at the slowest stage.
+    With q = P(a launch carries a lump), drawn independently per launch (at saturation a batch's
+    prompts replace its cohort's finished sequences, and lengths that vary make those independent),
+    a lap of d launches holds at least one lump with probability 1 - (1 - q)^d, so the stall is paid
+    by a share phi = (1 - (1 - q)^d) / (d q) of the lumps: a lump costs (L - s) + (T_L - d s - (L - s)) phi.
+    (It was d (L - s)(1 + (d - 1)(1 - pi)), pi = P(the next launch carries a lump), a fixed point:
+    on the deep chains of unlike stages of the helix examples that charged the slowest stage's lump
+    time at every stage and missed lumps sharing a lap: 1.14-1.75x conservative against the simulator
+    with geometric output lengths; bench/README.md.)"""
     d = rm.depth
     quiet = _lump_times(rm, mix, 0.0, input_tokens, output_tokens)
     s = max(max(quiet), (sum(quiet) + rm.hop_time(mix.decode)) / d)
     floor = max(mean_stage_times(points, d))
-    tau = max(s, floor)
-    for _ in range(60):
-        lam = mix.requests / tau
-        extra = 0.0
-        for p, ts in points:
-            L = max(ts)
-            if L > s:
-                extra += p * (L - s) * (1.0 + (d - 1) * math.exp(-lam * ts[0]))
-        new = max(s + extra, floor)
-        if abs(new - tau) <= 1e-12 * new:
-            break
-        tau = 0.5 * (tau + new)
-    return tau
+    lumps = [(p, ts, tokens) for (p, ts), (_, tokens) in zip(points, mix.lumps) if max(ts) > s]
+    q = sum(p for p, _, _ in lumps)
+    phi = (1.0 - (1.0 - q) ** d) / (d * q) if q > 0 else 1.0
+    extra = 0.0
+    for p, ts, tokens in lumps:
+        L = max(ts)
+        alone = max(sum(ts) + rm.hop_time(mix.decode + tokens) - d * s, L - s)
+        extra += p * ((L - s) + (alone - (L - s)) * phi)
+    return max(s + extra, floor)
 
 
 def step_interval(rm: ReplicaModel, C: float, input_tokens: float, output_tokens: float,

@@ -20,8 +20,20 @@ What a replica does, as vLLM's V1 scheduler does it (and as perf/capacity.py ass
   counts that time as perf/capacity.py's TTFT does;
 - pipeline parallelism: up to d = len(stages) micro-batches in flight; a batch occupies stage i
   for t_i (stepmodel.ReplicaModel.stage_times) and crosses hop i before stage i+1; stages serve
-  batches in order; a sequence is in at most one batch at a time, and a micro-batch takes at most
-  ceil(running / d) sequences so the d batches stay balanced (b = C / d in capacity.py).
+  batches in order; a sequence is in at most one batch at a time. As vLLM V1's engine core does
+  (`step_with_batch_queue`: schedule whenever the batch queue of pp_size batches has room), the
+  next batch is formed as soon as fewer than d are in flight (when one completes), not when stage
+  0 frees: it waits for stage 0 in the pipeline. A sequence is eligible again only after its batch
+  completes, so each completion re-forms its own cohort (vLLM's "cadence groups"); forming only
+  when stage 0 is free let two completions behind a long prompt step merge into one batch, and
+  cohorts collapsed until fewer than d batches carried the decode (0.73-0.77x the formula on PP3/PP4
+  chains bound by max-num-seqs). --max-num-seqs bounds the running sequences of the whole engine;
+  a micro-batch takes at most ceil(running / d) decode sequences so the d cohorts stay balanced
+  (b = C / d in capacity.py), and prompt chunks only count against the token budget. Upstream V1
+  does not rebalance (cohort sizes are whatever admission made them: RBLN-SW/vllm-rbln#243);
+  vllm-project/vllm#57433 (open) proposes this decode-only cap, with ceil(max_num_seqs / pp_size),
+  after a cap that counts prompts too (#50410) cost 8%; here such a cap displaced a decode into the
+  next cycle whenever a prompt joined a batch.
 
 Everything is deterministic: no randomness here, ties broken by event sequence numbers.
 """
@@ -72,7 +84,6 @@ class ReplicaSim:
     kv_used: int = 0
     in_flight: int = 0
     stage_free: list = field(default_factory=list)
-    stage0_busy_until: float = 0.0
     # counters for the report
     completed: int = 0
     preemptions: int = 0
@@ -166,7 +177,7 @@ class ReplicaSim:
             budget -= 1
         prefill: list[tuple[Request, int]] = []
         for r in self.running:
-            if len(decode) + len(prefill) >= cap or budget <= 0:
+            if budget <= 0:
                 break
             if r.in_flight or r.id in chosen or r.prefilled >= r.prefill_target:
                 continue
@@ -269,14 +280,13 @@ class EventLoop:
 
 
 class Driver:
-    """Runs replicas on an event loop: `submit` a request to a replica; steps launch whenever stage 0
-    is free and fewer than d batches are in flight."""
+    """Runs replicas on an event loop: `submit` a request to a replica; a step is formed whenever
+    fewer than d batches are in flight (it queues for stage 0 in the pipeline, module docstring)."""
 
     def __init__(self, replicas: list[ReplicaSim], on_done=None) -> None:
         self.loop = EventLoop()
         self.replicas = {r.id: r for r in replicas}
         self.on_done = on_done
-        self._pending: set[str] = set()
 
     def arrive(self, replica: str, req: Request) -> None:
         """A request reaches `replica`'s frontend now; the scheduler sees it `request_overhead_s` later."""
@@ -290,24 +300,13 @@ class Driver:
         self._kick(rep)
 
     def _kick(self, rep: ReplicaSim) -> None:
-        if rep.id in self._pending:
-            return
-        now = self.loop.now
-        if rep.in_flight >= rep.model.depth or rep.stage0_busy_until > now:
+        if rep.in_flight >= rep.model.depth:
             return
         batch = rep.form_batch()
         if batch is None:
             return
-        stage0_end, end = rep.launch(now, batch)
-        rep.stage0_busy_until = stage0_end
+        _, end = rep.launch(self.loop.now, batch)
         self.loop.at(end, self._done, rep, batch)
-        if rep.model.depth > 1:
-            self._pending.add(rep.id)
-            self.loop.at(stage0_end, self._stage0_free, rep)
-
-    def _stage0_free(self, rep: ReplicaSim) -> None:
-        self._pending.discard(rep.id)
-        self._kick(rep)
 
     def _done(self, rep: ReplicaSim, batch: _Batch) -> None:
         finished = rep.complete(self.loop.now, batch)

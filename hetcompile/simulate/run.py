@@ -230,29 +230,39 @@ def summarize(plan: PlanDoc, requests: list[Request], sims: list[ReplicaSim], du
 
 
 def _one_replica(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int,
-                 until: float) -> list[Request]:
+                 until: float, spread: float = 0.0) -> list[Request]:
     """One replica offered Poisson arrivals of one workload alone at `rate` for `duration` seconds,
-    run until `until`; every request, in arrival order."""
+    run until `until`; every request, in arrival order. `spread` > 0: output lengths uniform on
+    [O (1 - spread), O (1 + spread)] (a second seeded stream, so the arrival times stay the same)."""
     driver = Driver([ReplicaSim("r", rm)])
     rng = np.random.default_rng(seed)
+    lengths = np.random.default_rng([seed, 1]) if spread > 0 else None
+    lo, hi = max(1, round(output_tokens * (1.0 - spread))), max(1, round(output_tokens * (1.0 + spread)))
     t, reqs = 0.0, []
     while True:
         t += float(rng.exponential(1.0 / rate))
         if t > duration:
             break
-        req = Request(len(reqs), "w", t, input_tokens, output_tokens)
+        out = int(lengths.integers(lo, hi + 1)) if lengths is not None else output_tokens
+        req = Request(len(reqs), "w", t, input_tokens, out)
         reqs.append(req)
         driver.loop.at(t, driver.arrive, "r", req)
     driver.loop.run(until)
     return reqs
 
 
-def saturation_throughput(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0) -> float:
+def saturation_throughput(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0,
+                          spread: float = 0.0) -> float:
     """Requests/s one replica completes under Poisson arrivals at `rate` (above its capacity) for
-    one workload alone: the simulator's side of the capacity check (perf/capacity.py's h_{c,w})."""
+    one workload alone: the simulator's side of the capacity check (perf/capacity.py's h_{c,w}).
+    With `spread` (output lengths varying about O, _one_replica) it is output tokens/s over O, so
+    that the lengths drawn do not count as a change of capacity."""
     warmup = duration * 0.3
-    reqs = _one_replica(rm, input_tokens, output_tokens, rate, duration, seed, until=duration)
-    return sum(1 for r in reqs if r.finish is not None and warmup <= r.finish <= duration) / (duration - warmup)
+    reqs = _one_replica(rm, input_tokens, output_tokens, rate, duration, seed, until=duration, spread=spread)
+    done = [r for r in reqs if r.finish is not None and warmup <= r.finish <= duration]
+    if spread > 0:
+        return sum(r.output_tokens for r in done) / output_tokens / (duration - warmup)
+    return len(done) / (duration - warmup)
 
 
 def poisson_requests(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0) -> list[Request]:
