@@ -24,7 +24,7 @@ from hetcompile.ir.problem import MeasuredShape, Offer, PerfEntry, Problem, Shap
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.perf import analytic
 from hetcompile.perf.capacity import chain_capacity
-from hetcompile.perf.tail import PERCENTILES, TailModel, default_ttft_bound, tail_capacity
+from hetcompile.perf.tail import PERCENTILES, default_ttft_bound, tail_capacity
 from hetcompile.perf.stepmodel import LayerCost, ReplicaModel
 
 EXTRA_DEPTH = 1
@@ -99,12 +99,12 @@ def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
             rps.append((w.name, ir.max_utilization * e.requests_per_s * factor))
             bind.append((w.name, e.binding))
         else:
-            tm = TailModel(rm, w.input_tokens, w.output_tokens)
-            t = tail_capacity(rm, w.input_tokens, w.output_tokens, PERCENTILES["p99"],
-                              default_ttft_bound(tm, ir.max_ttft_slowdown), None, ir.max_utilization, model=tm)
+            bound = default_ttft_bound(rm, w.input_tokens, w.output_tokens, ir.max_ttft_slowdown)
+            t = tail_capacity(rm, w.input_tokens, w.output_tokens, PERCENTILES["p99"], bound, None, ir.max_utilization)
             rps.append((w.name, t.requests_per_s * factor))
             bind.append((w.name, e.binding if t.binding == "headroom" else
-                         f"queueing: p99 TTFT held within {ir.max_ttft_slowdown:g}x the idle replica's {tm.idle_ttft():.3g} s"))
+                         f"queueing: p99 TTFT held within {ir.max_ttft_slowdown:g}x the idle replica's "
+                         f"{bound / ir.max_ttft_slowdown:.3g} s"))
         conc.append((w.name, e.concurrency))
         ttft.append((w.name, e.ttft_s))
         tpot.append((w.name, e.tpot_s))

@@ -120,10 +120,6 @@ class TailModel:
         self.log_mu_cum = np.cumsum(np.log(np.maximum(mu, 1e-300)))
         self.prefill_rate = prefill_rate(rm)
 
-    def idle_ttft(self) -> float:
-        """TTFT of a request that finds the replica idle: chain_capacity's TTFT at one sequence."""
-        return self._at(min(1.0, self.c_max))[0]
-
     def quantile_in_system(self, rate: float, q: float) -> float:
         """N_q: the q-quantile of the requests an arrival finds (inf when rate >= h_full)."""
         return self.quantiles_in_system(rate, [q])[0]
@@ -238,16 +234,17 @@ def tail_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, q
 
 
 def idle_ttft(rm: ReplicaModel, input_tokens: float, output_tokens: float) -> float:
-    """TTFT_idle without building the whole TailModel: chain_capacity at one sequence in flight
-    (TailModel.idle_ttft reads the same point off its grid)."""
+    """TTFT_idle: the TTFT of a request that finds the replica idle, chain_capacity at one sequence
+    in flight (the point TailModel's grid starts at)."""
     one = concurrency(rm, input_tokens, output_tokens) > 1.0
     return (chain_capacity(rm, input_tokens, output_tokens, max_concurrency=1.0) if one
             else chain_capacity(rm, input_tokens, output_tokens)).ttft_s
 
 
-def default_ttft_bound(tm: TailModel, slowdown: float = DEFAULT_TTFT_SLOWDOWN) -> float:
+def default_ttft_bound(rm: ReplicaModel, input_tokens: float, output_tokens: float,
+                       slowdown: float = DEFAULT_TTFT_SLOWDOWN) -> float:
     """The p99 TTFT a workload without an SLO may see on this replica: slowdown x TTFT_idle."""
-    return slowdown * tm.idle_ttft()
+    return slowdown * idle_ttft(rm, input_tokens, output_tokens)
 
 
 def tail_at_load(rm: ReplicaModel, input_tokens: float, output_tokens: float, rate: float,
