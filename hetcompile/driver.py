@@ -14,6 +14,7 @@ from hetcompile.ir.previous import DEFAULT_CHURN_PENALTY, previous_plan
 from hetcompile.passes import default_pipeline
 from hetcompile.passes.base import PassContext, PipelineResult, run_pipeline
 from hetcompile.opt.solve import SolverOptions
+from hetcompile.placement import remembering
 
 
 def compile_spec(
@@ -36,10 +37,12 @@ def compile_spec(
     ctx = PassContext(solver=SolverOptions(time_limit_s=s.time_limit_s, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed,
                                            node_limit=s.node_limit, progress=log, status=status),
                       log=log, on_pass=on_pass)
-    res = run_pipeline(ir, default_pipeline(), ctx, stop_after=stop_after, dump_after=dump_after)
-    if res.stopped_after is not None:
-        return res
-    return verify_by_simulation(ir, res, ctx, log)
+    # verification re-solves with new tail factors; placements that do not depend on them are reused
+    with remembering():
+        res = run_pipeline(ir, default_pipeline(), ctx, stop_after=stop_after, dump_after=dump_after)
+        if res.stopped_after is not None:
+            return res
+        return verify_by_simulation(ir, res, ctx, log)
 
 
 def _miss_text(m) -> str:

@@ -381,3 +381,17 @@ def test_cli_warns_when_the_run_is_too_short_for_its_p99(tmp_path: Path) -> None
     # at 90% of it the queue settles over seconds (relaxation x 3): a 2 s warm-up understates the tail
     near = runner.invoke(app, ["simulate", str(out), "--duration", "20s", "--load", repr(0.9 / rho[busiest])])
     assert "runs at 90.0% of its capacity" in near.output and "understates the tail" in near.output, near.output
+
+
+def test_stage_times_from_kept_terms_are_the_stage_models_own() -> None:
+    """The simulator keeps ReplicaModel.stage_terms() and evaluates each kind of stage once per step;
+    that must be StageModel.time + the step's share of o + q m, bit for bit (one formula)."""
+    other = COST.model_copy(update={"flop_s_per_token": 3e-6, "serial_fraction": 0.2, "comm_s_per_token": 1e-7})
+    rm = _rm(depth=3, layers=9).model_copy(update={"seq_overhead_s": 4e-5})
+    rm = rm.model_copy(update={"stages": (rm.stages[0], rm.stages[1].model_copy(update={"cost": other, "head_s": 1e-3}),
+                                          rm.stages[2].model_copy(update={"layers": 5}))})
+    kinds, per_stage = rm.stage_terms()
+    assert len(kinds) == 2 and [i for _, i, _ in per_stage] == [0, 1, 0]
+    for n, S, A, m in ((1.0, 900.0, 900.0, 1.0), (512.0, 3e4, 7e4, 40.0)):
+        o = (rm.step_overhead_s + rm.seq_overhead_s * m) / rm.depth
+        assert rm.stage_times(n, S, A, m, rm.stage_terms()) == [st.time(n, S, A) + o for st in rm.stages]

@@ -49,11 +49,22 @@ class LayerCost(Frozen):
     comm_s: Annotated[float, Field(ge=0, description="c0: TP all-reduce launches per step")] = 0.0
     serial_fraction: Annotated[float, Field(ge=0, le=1, description="s: part of the smaller of compute and memory that does not overlap the larger")] = 0.0
 
+    def terms(self) -> tuple[float, ...]:
+        """(f, a, w, k, s, c, c0): the coefficients `layer_seconds` reads."""
+        return (self.flop_s_per_token, self.attn_s_per_pair, self.weights_s, self.kv_s_per_token,
+                self.serial_fraction, self.comm_s_per_token, self.comm_s)
+
     def time(self, tokens: float, kv_tokens: float, pairs: float) -> float:
-        compute = self.flop_s_per_token * tokens + self.attn_s_per_pair * pairs
-        memory = self.weights_s + self.kv_s_per_token * kv_tokens
-        overlap = max(compute, memory) + self.serial_fraction * min(compute, memory)
-        return overlap + self.comm_s_per_token * tokens + self.comm_s
+        return layer_seconds(self.terms(), tokens, kv_tokens, pairs)
+
+
+def layer_seconds(terms: tuple[float, ...], tokens: float, kv_tokens: float, pairs: float) -> float:
+    """layer(n, S, A) of the module docstring, from LayerCost.terms() (a plain tuple, so the
+    simulator's per-step loop reads no model attributes)."""
+    f, a, w, k, s, c, c0 = terms
+    compute = f * tokens + a * pairs
+    memory = w + k * kv_tokens
+    return max(compute, memory) + s * min(compute, memory) + c * tokens + c0
 
 
 class StageModel(Frozen):
@@ -98,11 +109,24 @@ class ReplicaModel(Frozen):
     def kv_capacity_tokens(self) -> float:
         return min(s.kv_tokens for s in self.stages)
 
-    def stage_times(self, tokens: float, kv_tokens: float, pairs: float, seqs: float = 0.0) -> list[float]:
-        """t_i for one batch of `seqs` sequences (the engine step's overhead o + q seqs is split over
-        the stages, as it pipelines)."""
+    def stage_terms(self) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[int, int, float], ...]]:
+        """What stage_times reads, for a caller that evaluates the same model many times (the
+        simulator) to build once: the distinct LayerCost.terms() of the stages, and per stage
+        (L_i, index of its terms, head_s). Stages of one GPU type and TP share their layer cost,
+        so a long chain evaluates layer(n, S, A) once per kind of stage, not once per stage."""
+        kinds: dict[tuple[float, ...], int] = {}
+        stages = tuple((s.layers, kinds.setdefault(s.cost.terms(), len(kinds)), s.head_s) for s in self.stages)
+        return tuple(kinds), stages
+
+    def stage_times(self, tokens: float, kv_tokens: float, pairs: float, seqs: float = 0.0,
+                    terms: tuple | None = None) -> list[float]:
+        """t_i = L_i layer(n, S, A) + head_i + (o + q seqs) / d for one batch of `seqs` sequences
+        (the engine step's overhead is split over the stages, as it pipelines). `terms`: this
+        model's stage_terms(), when the caller kept them."""
         o = (self.step_overhead_s + self.seq_overhead_s * seqs) / self.depth
-        return [s.time(tokens, kv_tokens, pairs) + o for s in self.stages]
+        kinds, stages = terms or self.stage_terms()
+        layer = [layer_seconds(t, tokens, kv_tokens, pairs) for t in kinds]
+        return [L * layer[i] + h + o for L, i, h in stages]
 
     def hop_time(self, tokens: float) -> float:
         """Seconds for a batch of `tokens` to cross every hop of the chain once."""

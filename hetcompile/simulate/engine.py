@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from hetcompile.perf.stepmodel import ReplicaModel
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     id: int
     workload: str
@@ -66,7 +66,7 @@ class Request:
     preemptions: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Batch:
     decode: list[Request]
     prefill: list[tuple[Request, int]]
@@ -92,10 +92,15 @@ class ReplicaSim:
     busy_s: float = 0.0  # slowest stage's busy time of the steps launched before `measure_until`
     measure_until: float = float("inf")
     prefill_first: bool = False  # V0 scheduling (module docstring)
+    depth: int = field(init=False, default=0)  # d = len(model.stages), read every step
 
     def __post_init__(self) -> None:
-        self.stage_free = [0.0] * self.model.depth
+        self.depth = self.model.depth
+        self.stage_free = [0.0] * self.depth
         self.kv_capacity = int(self.model.kv_capacity_tokens)
+        # what step_cost reads every step, built once: the model's coefficients as plain tuples
+        self.terms = self.model.stage_terms()
+        self.hops = tuple((h.latency_s, h.bandwidth) for h in self.model.hops)
 
     # -- admission and batch formation ------------------------------------------------------------
 
@@ -114,9 +119,9 @@ class ReplicaSim:
             self.kv_used += need
             self.running.append(r)
 
-    def _preempt_one(self, keep: set[int]) -> bool:
+    def _preempt_one(self, keep: int) -> bool:
         for r in reversed(self.running):
-            if not r.in_flight and r.id not in keep:
+            if not r.in_flight and r.id != keep:
                 self.running.remove(r)
                 self.kv_used -= r.kv
                 r.kv, r.prefilled = 0, 0
@@ -152,19 +157,18 @@ class ReplicaSim:
             batch = self._prefill_only()
             if batch is not None:
                 return batch
-        d = self.model.depth
-        cap = max(1, math.ceil(len(self.running) / d))
+        d = self.depth
         budget = self.model.chunk_tokens
+        # at most ceil(running / d) decode sequences (module docstring), one budget token each
+        limit = min(max(1, math.ceil(len(self.running) / d)), budget)
         decode: list[Request] = []
-        chosen: set[int] = set()
-        for r in list(self.running):
-            if len(decode) >= cap or budget <= 0:
-                break
+        for r in list(self.running) if limit > 0 else ():
             if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target:
                 continue
             # the token this step writes needs a KV slot; make room by preempting the newest
+            # (a sequence already in this batch is in flight, so never the one preempted)
             while self.kv_used + 1 > self.kv_capacity:
-                if not self._preempt_one(chosen | {r.id}):
+                if not self._preempt_one(r.id):
                     break
             if self.kv_used + 1 > self.kv_capacity:
                 continue
@@ -172,24 +176,23 @@ class ReplicaSim:
                 continue
             r.kv += 1
             self.kv_used += 1
+            r.in_flight = True
             decode.append(r)
-            chosen.add(r.id)
-            budget -= 1
+            if len(decode) >= limit:
+                break
+        budget -= len(decode)
         prefill: list[tuple[Request, int]] = []
         for r in self.running:
             if budget <= 0:
                 break
-            if r.in_flight or r.id in chosen or r.prefilled >= r.prefill_target:
+            if r.in_flight or r.prefilled >= r.prefill_target:
                 continue
             n = min(budget, r.prefill_target - r.prefilled)
+            r.in_flight = True
             prefill.append((r, n))
             budget -= n
         if not decode and not prefill:
             return None
-        for r in decode:
-            r.in_flight = True
-        for r, _ in prefill:
-            r.in_flight = True
         return _Batch(decode, prefill, len(decode) + sum(n for _, n in prefill))
 
     # -- timing -----------------------------------------------------------------------------------
@@ -207,28 +210,26 @@ class ReplicaSim:
         for r, n in batch.prefill:
             S += r.prefilled
             A += n * r.prefilled + n * n / 2.0
-        times = self.model.stage_times(float(batch.tokens), S, A, float(len(batch.decode) + len(batch.prefill)))
-        hops = [h.latency_s + batch.tokens * self.model.activation_bytes / h.bandwidth for h in self.model.hops]
-        return times, hops
+        times = self.model.stage_times(float(batch.tokens), S, A, float(len(batch.decode) + len(batch.prefill)), self.terms)
+        moved = batch.tokens * self.model.activation_bytes
+        return times, [lat + moved / bw for lat, bw in self.hops]
 
     def launch(self, now: float, batch: _Batch) -> tuple[float, float]:
         """Put `batch` into the pipeline at `now`; returns (stage 0 frees, batch leaves the last stage)."""
         times, hops = self.step_cost(batch)
+        free = self.stage_free
+        last = len(times) - 1
         t = now
-        stage0_end = now
         for i, ti in enumerate(times):
-            start = max(t, self.stage_free[i])
-            end = start + ti
-            self.stage_free[i] = end
-            if i == 0:
-                stage0_end = end
-            t = end + (hops[i] if i < len(hops) else 0.0)
+            end = (t if t > free[i] else free[i]) + ti
+            free[i] = end
+            t = end + hops[i] if i < last else end
         self.in_flight += 1
         self.steps += 1
         self.step_tokens += batch.tokens
         if now < self.measure_until:
             self.busy_s += max(times)
-        return stage0_end, self.stage_free[-1]
+        return free[0], free[-1]
 
     def complete(self, now: float, batch: _Batch) -> list[Request]:
         """Apply a finished step; returns the requests that finished with it."""
@@ -300,7 +301,7 @@ class Driver:
         self._kick(rep)
 
     def _kick(self, rep: ReplicaSim) -> None:
-        if rep.in_flight >= rep.model.depth:
+        if rep.in_flight >= rep.depth:
             return
         batch = rep.form_batch()
         if batch is None:

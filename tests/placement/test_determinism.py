@@ -81,3 +81,20 @@ def test_shared_mode_reports_a_clock_stop():
     res = place(p, mode="shared", options=SolverOptions(time_limit_s=0.01, mip_gap=1e-3))
     assert res.machine_dependent and res.helix_flow > 0
     assert any("stopped by the wall-clock cap" in n for n in res.notes)
+
+
+def test_a_build_reuses_an_identical_placement_and_only_inside_remembering(monkeypatch):
+    """The build's verification re-solves with new tail factors (driver.verify_by_simulation): inside
+    `remembering()` an identical problem returns the earlier result, whatever time cap its share
+    is; outside, every call solves, so a work budget changed between calls is seen."""
+    from hetcompile.placement import remembering
+
+    p = load_setup("cluster10")
+    with remembering():
+        a = place(p, mode="chains", options=SolverOptions(time_limit_s=100, mip_gap=1e-3))
+        b = place(p, mode="chains", options=SolverOptions(time_limit_s=7, mip_gap=1e-3))
+        c = place(p, mode="chains", options=SolverOptions(time_limit_s=100, mip_gap=1e-2))
+    assert b is a and c is not a
+    monkeypatch.setattr(chains, "SEARCH_WORK", 40)
+    d = place(p, mode="chains", options=SolverOptions(time_limit_s=100, mip_gap=1e-3))
+    assert d is not a and "local search: 40 of 40 neighbour evaluations" in d.notes
