@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from hetcompile.backends.emit import write  # noqa: E402
 from hetcompile.driver import compile_spec  # noqa: E402
 from hetcompile.plan.io import read_plan_doc  # noqa: E402
-from hetcompile.simulate import poisson_arrivals, simulate  # noqa: E402
+from hetcompile.simulate import simulate, steady_arrivals  # noqa: E402
 
 TOLERANCE = 0.25
 
@@ -77,7 +77,7 @@ def main() -> None:
             print(f"{name:20} (a replica without a step model: not simulated)")
             continue
         for seed in seeds:
-            doc = simulate(plan, poisson_arrivals(plan, a.duration, seed), a.duration, seed=seed)
+            doc = simulate(plan, steady_arrivals(plan, a.duration, seed), a.duration, seed=seed)
             for w in doc.workloads:
                 p, st = pred.get(w.name), stated.get(w.name) or pred.get(w.name)  # no simulation: the model's
                 if st is None or w.arrived == 0:

@@ -434,7 +434,7 @@ def simulate(
     from hetcompile.explain.simulation import simulation_section
     from hetcompile.plan.io import read_plan_doc
     from hetcompile.ir.units import parse_duration
-    from hetcompile.simulate import poisson_arrivals, simulate as run_simulation, trace_arrivals
+    from hetcompile.simulate import simulate as run_simulation, steady_arrivals, trace_arrivals
 
     try:
         plan = read_plan_doc(out_dir)
@@ -447,8 +447,9 @@ def simulate(
         if load <= 0:
             raise HetcompileError(f"--load must be positive, got {load}")
         if arrivals == "poisson":
-            arr, name = poisson_arrivals(plan, seconds, seed, load), "poisson"
+            arr, name = steady_arrivals(plan, seconds, seed, load), "poisson"
         else:
+            # a trace's arrivals after --duration keep the load on, unmeasured (simulate/run.py)
             arr, name = trace_arrivals(plan, Path(arrivals)), Path(arrivals).name
         doc = run_simulation(plan, arr, seconds, seed=seed, load=load if name == "poisson" else 1.0, arrivals_name=name)
     except HetcompileError as exc:

@@ -395,3 +395,26 @@ def test_stage_times_from_kept_terms_are_the_stage_models_own() -> None:
     for n, S, A, m in ((1.0, 900.0, 900.0, 1.0), (512.0, 3e4, 7e4, 40.0)):
         o = (rm.step_overhead_s + rm.seq_overhead_s * m) / rm.depth
         assert rm.stage_times(n, S, A, m, rm.stage_terms()) == [st.time(n, S, A) + o for st in rm.stages]
+
+
+def test_steady_arrivals_keep_the_load_on_until_the_window_has_finished() -> None:
+    """steady_arrivals are poisson_arrivals that go on past the window (the same arrivals up to it);
+    replay simulates the later ones only until every request of the window has finished, and the
+    requests at the window's end then finish under load, not on an emptying replica: their TPOT is
+    above what a drain gives them."""
+    from hetcompile.simulate import steady_arrivals
+    from hetcompile.simulate.run import replay, tpot_of
+
+    plan = read_plan_doc(TINY)
+    duration = 20.0
+    plain, steady = poisson_arrivals(plan, duration, 3, load=0.9), steady_arrivals(plan, duration, 3, load=0.9)
+    assert steady[:len(plain)] == plain and len(steady) > len(plain) and steady[-1].t > duration
+    reqs, _ = replay(plan, steady, duration)
+    window = [r for r in reqs if r.arrival <= duration]
+    assert len(window) == len(plain) and all(r.finish is not None for r in window)
+    later = [r for r in reqs if r.arrival > duration]
+    assert later and any(r.finish is None for r in later)  # simulated while needed, then stopped
+    drained, _ = replay(plan, plain, duration)
+    last = [r.id for r in window if r.arrival > duration - 2.0 and tpot_of(r) is not None]
+    assert last
+    assert sum(tpot_of(reqs[i]) for i in last) > sum(tpot_of(drained[i]) for i in last)

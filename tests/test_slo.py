@@ -132,14 +132,14 @@ def test_planned_load_meets_the_slo_in_simulation(spec: str, tmp_path) -> None:
     from hetcompile.backends.emit import write
     from hetcompile.driver import compile_spec
     from hetcompile.plan.io import read_plan_doc
-    from hetcompile.simulate import poisson_arrivals, simulate
+    from hetcompile.simulate import simulate, steady_arrivals
 
     write(compile_spec(ROOT / spec).ir, tmp_path)
     plan = read_plan_doc(tmp_path / "plan.json")
     slo = {w.name: w.slo for w in plan.workloads if w.slo is not None and (w.slo.ttft_s or w.slo.tpot_s)}
     assert slo and all(s.met for s in slo.values())
     for seed in (0, 1):
-        doc = simulate(plan, poisson_arrivals(plan, 300.0, seed), 300.0, seed=seed)
+        doc = simulate(plan, steady_arrivals(plan, 300.0, seed), 300.0, seed=seed)
         for w in doc.workloads:
             if w.name not in slo:
                 continue
@@ -158,7 +158,7 @@ def test_chat_rag_holds_every_slo_at_p99_for_an_hour_at_the_planned_load(tmp_pat
     from hetcompile.backends.emit import write
     from hetcompile.driver import compile_spec
     from hetcompile.plan.io import read_plan_doc
-    from hetcompile.simulate import poisson_arrivals, simulate
+    from hetcompile.simulate import simulate, steady_arrivals
 
     write(compile_spec(ROOT / "examples/chat-rag/spec.yaml").ir, tmp_path)
     plan = read_plan_doc(tmp_path / "plan.json")
@@ -166,7 +166,7 @@ def test_chat_rag_holds_every_slo_at_p99_for_an_hour_at_the_planned_load(tmp_pat
     assert set(slo) == {"chat", "rag"} and all(s is not None and s.percentile == "p99" and s.met for s in slo.values())
     assert all(w.predicted is not None and w.predicted.ttft_s and w.predicted.tpot_s for w in plan.workloads)
     for seed in (0, 1):
-        doc = simulate(plan, poisson_arrivals(plan, 3600.0, seed), 3600.0, seed=seed)
+        doc = simulate(plan, steady_arrivals(plan, 3600.0, seed), 3600.0, seed=seed)
         for w in doc.workloads:
             assert w.completed == w.arrived > 1000
             assert w.ttft_s.p99 <= slo[w.name].ttft_s, (seed, w)

@@ -1,7 +1,7 @@
 """The build's check of a plan by simulation (issue 18, item 2): replay it at its planned load.
 
 A plan with a target to check (an SLO, or `max_ttft_slowdown` set) is replayed with Poisson arrivals
-at its own served rates through its replicas and routing weights (simulate/run.py), seeded and
+(simulate/run.py's steady_arrivals: they go on until the measured requests have finished) at its own served rates through its replicas and routing weights (simulate/run.py), seeded and
 bounded by work, not wall-clock time. Only the part of the plan the targeted workloads' latencies
 depend on is replayed (`part_of`): the replicas they are routed to and whatever else shares them.
 
@@ -10,7 +10,8 @@ depend on is replayed (`part_of`): the replicas they are routed to and whatever 
                 of the R replications (below)
     window    = max_w n_w / (R lambda_w)             seconds of arrivals measured per replication
     warm-up   = RELAXATIONS x the slowest replica's relaxation time at its planned utilization
-                (simulate/tail.py), so the queues have settled before the measurement starts
+                (simulate/tail.py), and at least LIFETIMES x the longest predicted request
+                lifetime, so the queues and batches have settled before the measurement starts
     work      : at most VERIFY_MAX_REQUESTS / R arrivals per replication; a longer run shrinks the
                 window first
 
@@ -53,7 +54,7 @@ from hetcompile.perf.tail import PERCENTILES, idle_ttft
 from hetcompile.plan.doc import PlanDoc, Verification, VerifiedWorkload
 from hetcompile.simulate.doc import SimulationDoc
 from hetcompile.simulate.engine import Request
-from hetcompile.simulate.run import measured, poisson_arrivals, replay, summarize, tpot_of, ttft_of, within
+from hetcompile.simulate.run import measured, replay, steady_arrivals, summarize, tpot_of, ttft_of, within
 from hetcompile.simulate.tail import RELAXATIONS, relaxation_s, requests_for_quantile
 
 REPLICATIONS = 4
@@ -62,6 +63,7 @@ VERIFY_SEED = 0  # replication r runs with seed VERIFY_SEED + r
 VERIFY_REQUESTS = 2000
 VERIFY_MAX_REQUESTS = 40_000
 MAX_ROUNDS = 5
+LIFETIMES = 2  # warm-up >= this many of the longest predicted request lifetimes (planned_warmup)
 TIGHTEN_MIN, TIGHTEN_MAX = 0.5, 0.9
 Z = 1.645  # one-sided 95% normal quantile
 
@@ -133,7 +135,13 @@ def part_of(plan: PlanDoc, workloads: set[str]) -> PlanDoc:
 
 
 def planned_warmup(plan: PlanDoc) -> float:
-    """RELAXATIONS x the slowest replica's relaxation time at the plan's own load."""
+    """RELAXATIONS x the slowest replica's relaxation time at the plan's own load, and at least
+    LIFETIMES x the longest request lifetime the tail model predicts (TTFT + (O - 1) TPOT at p99):
+    a replica's batch is made of the requests of the last lifetime, so its state settles no faster
+    (helix-highhet42's ~500 s requests against a 200 s queue relaxation)."""
+    life = max((w.predicted.ttft_s + max(w.output_tokens - 1.0, 0.0) * w.predicted.tpot_s
+                for w in plan.workloads if w.predicted is not None and w.predicted.ttft_s is not None
+                and w.predicted.tpot_s is not None), default=0.0)
     slowest = 0.0
     served = {w.name: w.served_requests_per_s for w in plan.workloads}
     for r in plan.replicas:
@@ -147,7 +155,7 @@ def planned_warmup(plan: PlanDoc) -> float:
                 rho += rate / cap if cap > 0 else math.inf
         if lam > 0:
             slowest = max(slowest, relaxation_s(rho, lam / rho if rho > 0 else 0.0))
-    return RELAXATIONS * slowest
+    return max(RELAXATIONS * slowest, LIFETIMES * life)
 
 
 def run_length(plan: PlanDoc, ts: list[Targets]) -> tuple[float, float]:
@@ -221,7 +229,7 @@ def verify(plan: PlanDoc, seed: int = VERIFY_SEED) -> tuple[list[SimulationDoc] 
         return None, [], []
     docs, runs = [], {t.workload: [] for t in ts}
     for k in range(REPLICATIONS):
-        requests, sims = replay(plan, poisson_arrivals(plan, duration, seed + k), duration)
+        requests, sims = replay(plan, steady_arrivals(plan, duration, seed + k), duration)
         docs.append(summarize(plan, requests, sims, duration, warmup, seed=seed + k))
         for t in ts:
             runs[t.workload].append(measured(requests, t.workload, warmup, duration))
