@@ -248,31 +248,51 @@ def test_tail_factors_bisect_between_held_and_missed() -> None:
     assert _next_factors({"b": 0.9}, {"a": 1.0, "b": 0.9}, {}, {}) == {"b": 0.9}
 
 
-def test_the_queueing_bound_is_opt_in_and_checked_by_simulation(tmp_path) -> None:
-    """`max_ttft_slowdown` set: workloads without an SLO are sized so that their p99 TTFT stays within
-    that multiple of the idle TTFT, the build simulates the plan, and plan.json states the simulated
+def test_the_queueing_bound_is_on_by_default_and_checked_by_simulation(tmp_path) -> None:
+    """By default (`max_ttft_slowdown: 5`) workloads without an SLO are sized so that their p99 TTFT
+    stays within 5x the idle TTFT, the build simulates the plan, and plan.json states the simulated
     p99 of every workload; three-regions' RAG replicas on T4s (17 requests of 30 s each at 85% busy)
-    queue for tens of seconds without it. Unset, nothing is simulated and the plan is as before."""
+    queue for tens of seconds without it. `max_ttft_slowdown: null`: nothing is simulated and the
+    replicas are loaded to max_utilization."""
     from conftest import ROOT
     from hetcompile.backends.emit import write
     from hetcompile.driver import compile_spec
+    from hetcompile.ir.spec import Spec
     from hetcompile.plan.io import read_plan_doc
 
+    assert Spec.model_fields["max_ttft_slowdown"].default == tail.DEFAULT_TTFT_SLOWDOWN
     src = ROOT / "examples/three-regions/spec.yaml"
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(src.read_text() + "max_ttft_slowdown: 5\n")
-    write(compile_spec(spec).ir, tmp_path / "out")
+    write(compile_spec(src).ir, tmp_path / "out")
     plan = read_plan_doc(tmp_path / "out/plan.json")
-    assert plan.max_ttft_slowdown == 5 and plan.verification is not None
+    assert plan.max_ttft_slowdown == tail.DEFAULT_TTFT_SLOWDOWN and plan.verification is not None
     assert {w.name for w in plan.verification.workloads} == {"chat", "rag"}
     assert all(v.target == "queueing" and v.ttft_target_s and v.met for v in plan.verification.workloads)
     for w in plan.workloads:
         v = next(v for v in plan.verification.workloads if v.name == w.name)
         assert w.simulated is not None and w.simulated.ttft_s == v.p99_ttft_s <= v.ttft_target_s
-    write(compile_spec(src).ir, tmp_path / "plain")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(src.read_text() + "max_ttft_slowdown: null\n")
+    write(compile_spec(spec).ir, tmp_path / "plain")
     plain = read_plan_doc(tmp_path / "plain/plan.json")
+    assert plain.max_ttft_slowdown is None
     assert plain.verification is None and all(w.simulated is None for w in plain.workloads)
     assert plain.totals.requests_per_s > plan.totals.requests_per_s
+
+
+def test_a_repeated_verification_is_the_same_result_without_a_replay() -> None:
+    """verify() remembers its last results by the plan part, targets and seed: the same plan gives
+    the same records again without replaying; other targets are another key."""
+    from conftest import ROOT
+    from hetcompile.plan.io import read_plan_doc
+    from hetcompile.simulate import verify
+
+    plan = read_plan_doc(ROOT / "tests/golden/three-regions/plan.json")
+    first = verify.verify(plan)
+    n = len(verify._RECENT)
+    again = verify.verify(plan)
+    assert again == first and len(verify._RECENT) == n and again[0] is not first[0]
+    other = verify.verify(plan.model_copy(update={"max_ttft_slowdown": 8.0}))
+    assert len(verify._RECENT) == n + 1 and other[1] != first[1]
 
 
 def test_a_slowdown_of_one_or_less_is_an_error_at_its_line(tmp_path) -> None:

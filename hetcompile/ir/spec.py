@@ -346,11 +346,12 @@ class Spec(_Spec):
         Share, Field(default=0.85, description="headroom: no replica is planned past this share of its full-load capacity "
                      "(queues grow without bound near 100%); SLO workloads may be held lower by their targets")
     ] = 0.85
+    # the default is perf/tail.py's DEFAULT_TTFT_SLOWDOWN (a test holds them equal: ir/ does not import perf/)
     max_ttft_slowdown: Annotated[
-        float | None, Field(default=None, gt=1, description="queueing bound for workloads without an SLO, e.g. 5: a replica is "
+        float | None, Field(default=5.0, gt=1, description="queueing bound for workloads without an SLO: a replica is "
                             "loaded so that their p99 TTFT stays within this multiple of the TTFT on the idle replica, and the "
-                            "build checks it by simulating the whole plan; unset: max_utilization alone")
-    ] = None
+                            "build checks it by simulating the whole plan; null: max_utilization alone, nothing simulated")
+    ] = 5.0
     objective: Annotated[Objective, Field(default="max-throughput", description="what to optimize")] = "max-throughput"
     solver: Annotated[SolverSpec, Field(default_factory=SolverSpec, description="solver settings")]
     engine: Annotated[EngineSpec, Field(default_factory=EngineSpec, description="vLLM settings")]

@@ -162,6 +162,18 @@ class ReplicaSim:
         # at most ceil(running / d) decode sequences (module docstring), one budget token each
         limit = min(max(1, math.ceil(len(self.running) / d)), budget)
         decode: list[Request] = []
+        if 0 < limit <= self.kv_capacity - self.kv_used:
+            # room for every decode this batch can take: no preemption, so the plain pick
+            for r in self.running:
+                if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target:
+                    continue
+                r.kv += 1
+                r.in_flight = True
+                decode.append(r)
+                if len(decode) >= limit:
+                    break
+            self.kv_used += len(decode)
+            limit = 0  # picked
         for r in list(self.running) if limit > 0 else ():
             if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target:
                 continue
