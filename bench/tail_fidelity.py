@@ -10,8 +10,8 @@ arrivals at the planned rates per seed (seeds differ from the build's). Prints p
 stated p99 of TTFT and TPOT, the hour's, the relative error (hour - stated) / stated and whether it
 is within 25% (issue 18's done-criterion), the model's error the same way, plus the build time and
 the part of it the build's verification took. --slowdown S builds every example with
-`max_ttft_slowdown: S` appended to its spec (the opt-in queueing bound: every workload verified, so
-every workload states a simulated p99); without it, only SLO workloads have one.
+`max_ttft_slowdown: S` appended to its spec (S = 0: `null`, the queueing bound off, so only SLO
+workloads are simulated); without it, each spec's own setting (default 5: every workload simulated).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=3600.0)
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--only", default="", help="comma-separated example names")
-    ap.add_argument("--slowdown", type=float, default=None, help="append max_ttft_slowdown to every spec")
+    ap.add_argument("--slowdown", type=float, default=None, help="append max_ttft_slowdown to every spec (0: null, off)")
     a = ap.parse_args()
     out_root = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="tail-fidelity-"))
     seeds = [int(s) for s in a.seeds.split(",")]
@@ -64,7 +64,7 @@ def main() -> None:
             copy = Path(tempfile.mkdtemp(prefix="tail-fidelity-spec-")) / name
             shutil.copytree(spec.parent, copy)
             spec = copy / "spec.yaml"
-            spec.write_text(spec.read_text() + f"\nmax_ttft_slowdown: {a.slowdown:g}\n")
+            spec.write_text(spec.read_text() + f"\nmax_ttft_slowdown: {f'{a.slowdown:g}' if a.slowdown > 0 else 'null'}\n")
         res = compile_spec(spec, log=logs.append)
         build_s = time.perf_counter() - t0
         verify_s = sum(float(l.split(" in ")[1].split("s")[0]) for l in logs if l.startswith("verify:"))

@@ -18,7 +18,11 @@ Two things make a short run understate a tail, and each gives a lower bound on `
    be at least RELAXATIONS x tau of the slowest-settling replica (the transient decays as
    exp(-t / tau): 3 tau leaves 5% of it). rho and h come from the plan: each replica's offered
    req/s per workload (the offered rate x the routing weights) over its capacity for that
-   workload. At rho >= 1 the queue never settles: the p99 grows with the duration.
+   workload. At rho >= 1 the queue never settles: the p99 grows with the duration. And a
+   replica's batch is made of the requests of the last request lifetime, so it settles no faster
+   than that: the warm-up is also at least LIFETIMES x the longest lifetime the tail model predicts
+   for the plan (p99 TTFT + (O - 1) p99 TPOT; helix-highhet42's ~500 s requests against a 200 s
+   queue relaxation).
 
 `tail_advice(plan, doc)` states the duration that satisfies both and warns where the run fell
 short; `hetcompile simulate` prints it under the table.
@@ -35,6 +39,7 @@ from hetcompile.simulate.doc import SimulationDoc
 TAIL_QUANTILE = 0.99  # the tail the simulator prints
 TAIL_SAMPLES = 10  # requests expected beyond the quantile
 RELAXATIONS = 3.0  # warm-up in relaxation times: exp(-3) = 5% of the start-up transient left
+LIFETIMES = 2.0  # and in request lifetimes
 
 
 def requests_for_quantile(q: float = TAIL_QUANTILE) -> int:
@@ -68,9 +73,9 @@ def offered_rates(doc: SimulationDoc) -> dict[str, float]:
     return {w.name: w.planned_requests_per_s * doc.load if poisson else w.offered_requests_per_s for w in doc.workloads}
 
 
-def replica_loads(plan: PlanDoc, doc: SimulationDoc) -> list[ReplicaLoad]:
-    """rho and h per replica from the offered rates, the routing weights and the plan's capacities."""
-    offered = offered_rates(doc)
+def replica_loads(plan: PlanDoc, offered: dict[str, float]) -> list[ReplicaLoad]:
+    """rho and h per replica from the offered req/s per workload, the routing weights and the
+    plan's capacities."""
     loads = []
     for r in plan.replicas:
         lam = rho = 0.0
@@ -86,13 +91,29 @@ def replica_loads(plan: PlanDoc, doc: SimulationDoc) -> list[ReplicaLoad]:
     return loads
 
 
+def lifetime_s(plan: PlanDoc) -> float:
+    """The longest request lifetime the tail model predicts: p99 TTFT + (O - 1) p99 TPOT."""
+    return max((w.predicted.ttft_s + max(w.output_tokens - 1.0, 0.0) * w.predicted.tpot_s for w in plan.workloads
+                if w.predicted is not None and w.predicted.ttft_s is not None and w.predicted.tpot_s is not None),
+               default=0.0)
+
+
+def settling(plan: PlanDoc, offered: dict[str, float]) -> tuple[float, ReplicaLoad | None]:
+    """The warm-up a run of the plan at `offered` req/s per workload needs (module docstring, 2):
+    max(RELAXATIONS x the slowest replica's relaxation time, LIFETIMES x lifetime_s); inf: a
+    queue never settles. With the slowest-settling replica."""
+    slowest = max(replica_loads(plan, offered), key=lambda r: r.relaxation_s, default=None)
+    relax = RELAXATIONS * slowest.relaxation_s if slowest is not None else 0.0
+    return max(relax, LIFETIMES * lifetime_s(plan)), slowest
+
+
 @dataclass
 class TailAdvice:
     """What a run needs for its p99, and what this run lacked."""
 
     requests_needed: int
     window_s: float  # measured window that holds requests_needed of every workload
-    warmup_s: float  # RELAXATIONS x the slowest replica's relaxation time (inf: never settles)
+    warmup_s: float  # settling(): relaxation times and request lifetimes (inf: never settles)
     duration_s: float  # the --duration that gives both at the run's warm-up fraction
     warnings: list[str] = field(default_factory=list)
 
@@ -130,14 +151,16 @@ def tail_advice(plan: PlanDoc, doc: SimulationDoc) -> TailAdvice:
         if w.completed < need:
             warnings.append(f"p99 of workload {w.name!r} comes from {w.completed} completed requests, fewer than "
                             f"the {need} it needs: it may be off by far")  # fmt: skip
-    loads = replica_loads(plan, doc)
-    slowest = max(loads, key=lambda r: r.relaxation_s, default=None)
-    warmup = RELAXATIONS * slowest.relaxation_s if slowest is not None else 0.0
+    warmup, slowest = settling(plan, rates)
     if slowest is not None and math.isinf(warmup):
         warnings.append(f"replica {slowest.id} is offered {slowest.rho:.0%} of its capacity: its queue grows for "
                         "as long as the run lasts, and so does the p99")  # fmt: skip
     elif slowest is not None and doc.warmup_s < warmup:
         warnings.append(f"replica {slowest.id} runs at {slowest.rho:.1%} of its capacity: its queue settles over "
+                        f"~{_dur(warmup)}, longer than this run's {_dur(doc.warmup_s)} warm-up, so the p99 "
+                        "understates the tail"
+                        if warmup > LIFETIMES * lifetime_s(plan) else
+                        f"requests live up to ~{_dur(lifetime_s(plan))} and the replicas' batches settle over "
                         f"~{_dur(warmup)}, longer than this run's {_dur(doc.warmup_s)} warm-up, so the p99 "
                         "understates the tail")  # fmt: skip
     duration = max(window / (1.0 - warm_frac) if warm_frac < 1 else math.inf,

@@ -9,8 +9,8 @@ depend on is replayed (`part_of`): the replicas they are routed to and whatever 
                 workload w (simulate/tail.py: a q-quantile needs 10 / (1 - q) requests), in all
                 of the R replications (below)
     window    = max_w n_w / (R lambda_w)             seconds of arrivals measured per replication
-    warm-up   = RELAXATIONS x the slowest replica's relaxation time at its planned utilization
-                (simulate/tail.py), and at least LIFETIMES x the longest predicted request
+    warm-up   = simulate/tail.py's settling time at the planned load: RELAXATIONS x the slowest
+                replica's relaxation time, and at least LIFETIMES x the longest predicted request
                 lifetime, so the queues and batches have settled before the measurement starts
     work      : at most VERIFY_MAX_REQUESTS / R arrivals per replication; a longer run shrinks the
                 window first
@@ -57,7 +57,7 @@ from hetcompile.plan.doc import PlanDoc, Verification, VerifiedWorkload
 from hetcompile.simulate.doc import SimulationDoc
 from hetcompile.simulate.engine import Request
 from hetcompile.simulate.run import measured, replay, steady_arrivals, summarize, tpot_of, ttft_of, within
-from hetcompile.simulate.tail import RELAXATIONS, relaxation_s, requests_for_quantile
+from hetcompile.simulate.tail import requests_for_quantile, settling
 
 REPLICATIONS = 4
 T_95 = 2.353  # one-sided 95% Student t quantile with REPLICATIONS - 1 = 3 degrees of freedom
@@ -65,7 +65,6 @@ VERIFY_SEED = 0  # replication r runs with seed VERIFY_SEED + r
 VERIFY_REQUESTS = 2000
 VERIFY_MAX_REQUESTS = 40_000
 MAX_ROUNDS = 5
-LIFETIMES = 2  # warm-up >= this many of the longest predicted request lifetimes (planned_warmup)
 TIGHTEN_MIN, TIGHTEN_MAX = 0.5, 0.9
 Z = 1.645  # one-sided 95% normal quantile
 
@@ -137,27 +136,9 @@ def part_of(plan: PlanDoc, workloads: set[str]) -> PlanDoc:
 
 
 def planned_warmup(plan: PlanDoc) -> float:
-    """RELAXATIONS x the slowest replica's relaxation time at the plan's own load, and at least
-    LIFETIMES x the longest request lifetime the tail model predicts (TTFT + (O - 1) TPOT at p99):
-    a replica's batch is made of the requests of the last lifetime, so its state settles no faster
-    (helix-highhet42's ~500 s requests against a 200 s queue relaxation)."""
-    life = max((w.predicted.ttft_s + max(w.output_tokens - 1.0, 0.0) * w.predicted.tpot_s
-                for w in plan.workloads if w.predicted is not None and w.predicted.ttft_s is not None
-                and w.predicted.tpot_s is not None), default=0.0)
-    slowest = 0.0
-    served = {w.name: w.served_requests_per_s for w in plan.workloads}
-    for r in plan.replicas:
-        lam = rho = 0.0
-        for w, weights in plan.routing.items():
-            total = sum(weights.values())
-            rate = served.get(w, 0.0) * weights.get(r.id, 0.0) / total if total > 0 else 0.0
-            cap = r.workloads[w].capacity_requests_per_s if w in r.workloads else 0.0
-            if rate > 0:
-                lam += rate
-                rho += rate / cap if cap > 0 else math.inf
-        if lam > 0:
-            slowest = max(slowest, relaxation_s(rho, lam / rho if rho > 0 else 0.0))
-    return max(RELAXATIONS * slowest, LIFETIMES * life)
+    """simulate/tail.py's settling time of the plan at its own served rates: RELAXATIONS x the
+    slowest replica's relaxation time, and at least LIFETIMES x the longest predicted request lifetime."""
+    return settling(plan, {w.name: w.served_requests_per_s for w in plan.workloads})[0]
 
 
 def run_length(plan: PlanDoc, ts: list[Targets]) -> tuple[float, float]:
