@@ -57,10 +57,11 @@ from hetcompile.perf.stepmodel import ReplicaModel
 PERCENTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
 DEFAULT_PERCENTILE = "p99"
 DEFAULT_MAX_UTILIZATION = 0.85  # the headroom every plan keeps: no replica planned past 85% of h_full
-# `max_ttft_slowdown` (opt-in): without an SLO, a workload's p99 TTFT on a replica stays within this
-# multiple of the TTFT it sees on the idle replica. 85% busy alone leaves a replica with few, long
-# requests (a 13B model on T4s holding 17 RAG requests of 30 s each) queueing arrivals for tens of
-# seconds; 5 is the value the examples were tried with (bench/tail_fidelity.py)
+# `max_ttft_slowdown` (the spec's default, `null` turns it off): without an SLO, a workload's p99
+# TTFT on a replica stays within this multiple of the TTFT it sees on the idle replica. 85% busy
+# alone leaves a replica with few, long requests (a 13B model on T4s holding 17 RAG requests of 30 s
+# each) queueing arrivals for tens of seconds, and the Helix plans' deep chains for minutes; with 5
+# every example's stated p99 is within 25% of an hour's simulation (bench/tail_fidelity.py)
 DEFAULT_TTFT_SLOWDOWN = 5.0
 GRID = 40  # points of h(n) computed exactly; the rest interpolated (h is smooth in n)
 BISECTIONS = 32
