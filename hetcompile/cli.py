@@ -119,6 +119,18 @@ def build(
         what_if = res.ir.composition.what_if if res.ir.composition is not None else None
         for line in (what_if.text if what_if is not None else ()):
             out.print(f"  takes: {line}", markup=False)
+        v = res.ir.verification
+        if v is not None:  # what the build's simulation measured (simulate/verify.py), one line
+            held = "; ".join(
+                f"{w.name} {w.percentile} TTFT {human.number(w.ttft_s)} s"
+                + (f" ({'bound' if w.target == 'queueing' else 'target'} {human.number(w.ttft_target_s)} s)"
+                   if w.ttft_target_s is not None else "")
+                + (f", TPOT {human.number(w.tpot_s)} s" if w.tpot_s is not None else "")
+                + (f" (target {human.number(w.tpot_target_s)} s)" if w.tpot_target_s is not None else "")
+                + ("" if w.met else " MISSED")
+                for w in v.workloads)
+            out.print(f"  simulated: {v.replications} x {human.number(v.duration_s)} s at the planned load "
+                      f"({v.requests} requests, {human.plural(v.rounds, 'plan')} tried): {held}", markup=False)
         compose = next((p for p in res.ir.reports if p.name == "compose"), None)
         for note in compose.notes if compose and previous is not None else ():
             if note.startswith(("replanning", "stability")):

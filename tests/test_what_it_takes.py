@@ -127,5 +127,12 @@ def test_build_line_states_what_all_demand_takes(tmp_path) -> None:
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "  binds: budget:" in proc.stdout
+    # the build's simulation, one line: the SLO workload against its targets, the other against the
+    # default queueing bound
+    line = re.search(r"  simulated: 4 x [\d.]+ s at the planned load \(\d+ requests, \d+ plans? tried\): (.*)",
+                     proc.stdout)
+    assert line, proc.stdout
+    assert re.search(r"chat p99 TTFT [\d.]+ s \(target 2 s\), TPOT [\d.]+ s \(target 0\.15 s\); "
+                     r"long p99 TTFT [\d.]+ s \(bound [\d.]+ s\), TPOT [\d.]+ s$", line.group(1)), line.group(1)
     assert re.search(r"  takes: Serving 100% of the demand .* takes \$\d+\.\d\d/h at least, above the \$25\.00/h budget",
                      proc.stdout)
