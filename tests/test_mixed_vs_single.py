@@ -39,6 +39,7 @@ budget: $10/h
 objective: max-throughput
 solver: {{time_limit: 60s, threads: 1, seed: 0}}
 placement: {{pipelines: {mode}}}
+max_ttft_slowdown: null  # a property of placement: the two builds' verifications would search their own tail factors
 """
 
 

@@ -42,7 +42,9 @@ def test_inline_profile_without_numbers_is_an_error(tmp_path: Path) -> None:
 
 def test_fitted_coefficients_replace_the_step_model(tmp_path: Path) -> None:
     lines = "\n".join(f"    {k}: {v}" for k, v in COEFF.items())
-    spec = _spec(tmp_path, f"- model: tiny-llama\n  gpu: L4\n  tp: 1\n  coefficients:\n{lines}\n")
+    # the queueing bound off: what is pinned is the fitted model's capacity at the max_utilization headroom
+    spec = _spec(tmp_path, f"- model: tiny-llama\n  gpu: L4\n  tp: 1\n  coefficients:\n{lines}\n",
+                 "max_ttft_slowdown: null\n")
     ir = compile_spec(spec).ir
     shapes = {s.pp: s for s in ir.shapes}
     est = shapes[1].estimate
@@ -91,7 +93,8 @@ def test_fitted_coefficients_are_slo_capped(tmp_path: Path) -> None:
 
 def test_measured_throughput_still_wins_over_the_fit(tmp_path: Path) -> None:
     lines = "\n".join(f"    {k}: {v}" for k, v in COEFF.items())
-    spec = _spec(tmp_path, f"- model: tiny-llama\n  gpu: L4\n  throughput: {{short: 50/s}}\n  coefficients:\n{lines}\n")
+    spec = _spec(tmp_path, f"- model: tiny-llama\n  gpu: L4\n  throughput: {{short: 50/s}}\n  coefficients:\n{lines}\n",
+                 "max_ttft_slowdown: null\n")  # the headroom and bindings without the queueing bound
     shapes = {s.pp: s for s in compile_spec(spec).ir.shapes}
     est = shapes[1].estimate
     assert est.source == "measured" and est.step_model.source == "fitted"

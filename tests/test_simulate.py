@@ -153,10 +153,7 @@ def test_decode_bound_replica_matches_formula() -> None:
 
 @pytest.mark.parametrize("example", [
     "tiny-cpu", "cost-efficiency-appc", "quickstart",
-    pytest.param("three-regions", marks=pytest.mark.xfail(strict=True, reason=(
-        "known: r1's rag (1800 in / 150 out, PP2, KV-bound) serves 0.84x the formula offered 1.3x it "
-        "(0.95x offered 3x: identical requests settle into history-dependent lump patterns); with output "
-        "lengths +-50% every PP2 chain here serves 0.82-0.87x (the rag chains 0.81-0.83x with the old scheduling too; bench/README.md)"))),
+    "three-regions",
     "llama70b-pp",
 ])
 def test_simulated_capacity_within_10_percent(example: str) -> None:

@@ -279,13 +279,14 @@ def test_the_queueing_bound_is_on_by_default_and_checked_by_simulation(tmp_path)
     assert plain.totals.requests_per_s > plan.totals.requests_per_s
 
 
-def test_a_repeated_verification_is_the_same_result_without_a_replay() -> None:
+def test_a_repeated_verification_is_the_same_result_without_a_replay(monkeypatch) -> None:
     """verify() remembers its last results by the plan part, targets and seed: the same plan gives
     the same records again without replaying; other targets are another key."""
     from conftest import ROOT
     from hetcompile.plan.io import read_plan_doc
     from hetcompile.simulate import verify
 
+    monkeypatch.setattr(verify, "_RECENT", type(verify._RECENT)())  # empty, whatever ran before
     plan = read_plan_doc(ROOT / "tests/golden/three-regions/plan.json")
     first = verify.verify(plan)
     n = len(verify._RECENT)
