@@ -75,7 +75,7 @@ def lookup_gpu(name: str) -> GpuType | None:
     return GpuType(
         name=row["name"],
         sky_name=row.get("sky_name") or row["name"],
-        memory=float(row["memory_gb"]) * 1e9,
+        memory=float(row["memory_mib"]) * 2**20 if row.get("memory_mib") else float(row["memory_gb"]) * 1e9,
         flops=float(row["fp16_tflops"]) * 1e12,
         mem_bw=float(row["bandwidth_gbps"]) * 1e9,
         interconnect=float(row.get("interconnect_gbps") or PCIE4_BYTES_PER_S / 1e9) * 1e9,
