@@ -80,12 +80,18 @@ def excluded(row: dict) -> set[str]:
     return ex | ({"itl_ms"} if "tpot_ms" in ex else set())
 
 
-def frontend(row: dict) -> bool:
-    """Whether requests reached the engine one by one through a frontend that charges the per-request
-    overhead r of perf/stepmodel.py: the OpenAI server, and the in-process AsyncLLMEngine of AccelMark's
-    online scenarios too (their unloaded TTFTs of 13-23 ms for a 0.5B model's 1 ms prefill say so);
-    not LLM.generate / benchmark_latency, which submit the whole batch before the first step."""
-    return row["mode"] not in ("offline_batch", "static_batch")
+def frontend(row: dict) -> str:
+    """How requests reached the engine, which decides the per-request overhead r (perf/stepmodel.py):
+    'none' for LLM.generate / benchmark_latency (the whole batch is submitted before the first step);
+    'in_process' for AccelMark's online scenarios, which call vLLM's AsyncLLMEngine in the benchmark's
+    own process (their settings say so; their unloaded TTFTs of 13-23 ms for a 0.5B model's 1 ms
+    prefill show the path still costs something); 'http' for everything else, the OpenAI server
+    hetcompile deploys."""
+    if row["mode"] in ("offline_batch", "static_batch"):
+        return "none"
+    if re.search(r"in-process AsyncLLMEngine", str(row.get("settings") or "")):
+        return "in_process"
+    return "http"
 
 
 def engine_core(row: dict) -> str:
@@ -165,10 +171,12 @@ def replica(row: dict, params: calibrate.Params | None = None, uncalibrated: boo
     update = {"chunk_tokens": chunk}
     if params is not None and not uncalibrated:
         v0 = engine_core(row) == "v0"
-        update = {"step_overhead_s": params.v0_step_overhead_s if v0 else params.step_overhead_s,
-                  "seq_overhead_s": params.v0_seq_overhead_s if v0 else params.seq_overhead_s,
-                  "request_overhead_s": params.v0_request_overhead_s if v0 else params.request_overhead_s}
-    if not frontend(row):
+        r = (params.v0_request_overhead_s if v0 else
+             params.inproc_request_overhead_s if frontend(row) == "in_process" else params.request_overhead_s)
+        update |= {"step_overhead_s": params.v0_step_overhead_s if v0 else params.step_overhead_s,
+                   "seq_overhead_s": params.v0_seq_overhead_s if v0 else params.seq_overhead_s,
+                   "request_overhead_s": r}
+    if frontend(row) == "none":
         update["request_overhead_s"] = 0.0  # the batch is submitted before the first step
     return rm.model_copy(update=update)
 
@@ -233,7 +241,8 @@ def catalog_params(rows: list[dict]) -> calibrate.Params:
                             request_overhead_s=analytic.REQUEST_OVERHEAD_S,
                             v0_step_overhead_s=cal.get("v0_step_overhead_s", 2e-3),
                             v0_seq_overhead_s=cal.get("v0_seq_overhead_s", 100e-6),
-                            v0_request_overhead_s=cal.get("v0_request_overhead_s", cal["request_overhead_s"]))
+                            v0_request_overhead_s=cal.get("v0_request_overhead_s", cal["request_overhead_s"]),
+                            inproc_request_overhead_s=cal.get("inproc_request_overhead_s", cal["request_overhead_s"]))
 
 
 def logo_params(params: calibrate.Params, gpu: str) -> calibrate.Params:
@@ -274,12 +283,18 @@ def table(cols: dict[str, dict[str, list]]) -> str:
     return "\n".join(lines)
 
 
-def held_out_figures(cols: dict[str, dict[str, list]]) -> dict[str, float]:
+def held_out_figures(cols: dict[str, dict[str, list]], ids: set[str] | None = None) -> dict[str, float]:
+    """Median abs rel error per metric over the held-out rows (those in `ids` when given)."""
     out = {}
     for m in METRICS:
-        s = calibrate.summary([(p, v) for _, p, v in cols["held-out"][m]])
+        s = calibrate.summary([(p, v) for i, p, v in cols["held-out"][m] if ids is None or i in ids])
         out[m] = round(s[0], 4)
     return out
+
+
+def v1_ids(rows: list[dict]) -> set[str]:
+    """Rows measured on the V1 engine (vLLM >= 0.8): the engine hetcompile's plans run on."""
+    return {r["id"] for r in rows if engine_core(r) == "v1"}
 
 
 # --- fitting -------------------------------------------------------------------------------------
@@ -299,7 +314,7 @@ def fit(rows: list[dict]) -> calibrate.Params:
         out = []
         for r in train:
             key = (r["id"], p.eta[r["gpu"]], p.step_overhead_s, p.seq_overhead_s, p.request_overhead_s,
-                   p.v0_step_overhead_s, p.v0_seq_overhead_s, p.v0_request_overhead_s)
+                   p.v0_step_overhead_s, p.v0_seq_overhead_s, p.v0_request_overhead_s, p.inproc_request_overhead_s)
             if key not in cache:
                 cache[key] = simulate(r, replica(r, p), fast=True)
             pred = cache[key]
@@ -339,6 +354,7 @@ def write_fit(p: calibrate.Params, rows: list[dict]) -> None:
         "v0_step_overhead_s": float(f"{p.v0_step_overhead_s:.3g}"),
         "v0_seq_overhead_s": float(f"{p.v0_seq_overhead_s:.3g}"),
         "v0_request_overhead_s": float(f"{p.v0_request_overhead_s:.3g}"),
+        "inproc_request_overhead_s": float(f"{p.inproc_request_overhead_s:.3g}"),
         "eta_memory_default": round(statistics.median(ems), 3),
         "eta_compute_default": round(statistics.median(ecs), 3),
     }
@@ -363,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         print("fitted:", json.dumps({"eta": {g: [round(a, 3), round(b, 3)] for g, (a, b) in p.eta.items()},
                                      "o": p.step_overhead_s, "q": p.seq_overhead_s, "r": p.request_overhead_s,
                                      "o_v0": p.v0_step_overhead_s, "q_v0": p.v0_seq_overhead_s,
-                                     "r_v0": p.v0_request_overhead_s}))
+                                     "r_v0": p.v0_request_overhead_s, "r_inproc": p.inproc_request_overhead_s}))
         print("rerun without --fit to report with the new catalog")
         return 0
     cols = evaluate(rows)
@@ -384,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     big = {r["id"] for r in rows if analytic.total_params(catalog.lookup_model(r["model"])[2]) >= 7e9}
     print(f"the same on the {len(big)} rows of 7B-and-larger models (what hetcompile plans for):")
     print(table({n: {m: [x for x in c[m] if x[0] in big] for m in METRICS} for n, c in cols.items()}))
+    v1 = v1_ids(rows)
+    print(f"the same on the {len(v1)} rows of vLLM >= 0.8 (the V1 engine plans deploy; V0 rows only inform the efficiencies):")
+    print(table({n: {m: [x for x in c[m] if x[0] in v1] for m in METRICS} for n, c in cols.items()}))
     for reason in left_out:
         print(f"left out: {reason}")
     ex: dict[str, list[str]] = {}
@@ -399,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         s = calibrate.summary(items)
         print(f"  {g:10} {100 * s[0]:5.1f}% ({len(items)})")
     if args.update_figures:
-        FIGURES.write_text(json.dumps({"held_out_median": held_out_figures(cols), "rows": len(rows)},
+        FIGURES.write_text(json.dumps({"held_out_median": held_out_figures(cols),
+                                       "held_out_median_v1": held_out_figures(cols, v1), "rows": len(rows)},
                                       indent=2, sort_keys=True) + "\n")
         print(f"wrote {FIGURES}")
     return 0

@@ -70,7 +70,8 @@ def test_excluded_metrics_carry_a_reason_and_leave_every_column() -> None:
 
 def test_v0_rows_get_the_v0_host_costs() -> None:
     """Rows measured before vLLM 0.8 run with the V0 step / sequence / request overheads; V1 rows (and
-    so plans) with the shipped V1 ones; a batch submitted to LLM.generate pays no per-request cost."""
+    so plans) with the shipped V1 ones, except that a V1 row measured through the in-process engine
+    (no HTTP server) pays its own per-request cost; a batch submitted to LLM.generate pays none."""
     fid = _bench()
     rows, _ = fid.usable(_rows())
     params = fid.catalog_params(rows)
@@ -83,6 +84,9 @@ def test_v0_rows_get_the_v0_host_costs() -> None:
     assert (m1.step_overhead_s, m1.seq_overhead_s, m1.request_overhead_s) == \
         (params.step_overhead_s, params.seq_overhead_s, params.request_overhead_s)
     assert params.v0_request_overhead_s != params.request_overhead_s and mo.request_overhead_s == 0.0
+    inproc = next(r for r in rows if fid.engine_core(r) == "v1" and fid.frontend(r) == "in_process")
+    assert fid.frontend(v1) == "http"
+    assert fid.replica(inproc, params).request_overhead_s == params.inproc_request_overhead_s != params.request_overhead_s
 
 
 def test_the_set_covers_real_load() -> None:
@@ -157,9 +161,11 @@ def test_held_out_error_does_not_regress() -> None:
     assert figures["rows"] == len(rows), "the data changed: rerun bench/fidelity.py --update-figures"
     _, held = calibrate.split(rows)
     params = fid.catalog_params(rows)
-    got = fid.held_out_figures({"held-out": fid.pairs_of(held, lambda r: fid.simulate(r, fid.replica(r, params)))})
-    for m, committed in figures["held_out_median"].items():
-        assert got[m] <= committed + GATE_TOLERANCE, f"{m}: held-out median {got[m]:.4f} > committed {committed:.4f}"
+    cols = {"held-out": fid.pairs_of(held, lambda r: fid.simulate(r, fid.replica(r, params)))}
+    for key, ids in (("held_out_median", None), ("held_out_median_v1", fid.v1_ids(rows))):
+        got = fid.held_out_figures(cols, ids)
+        for m, committed in figures[key].items():
+            assert got[m] <= committed + GATE_TOLERANCE, f"{key} {m}: {got[m]:.4f} > committed {committed:.4f}"
 
 
 def test_catalog_efficiencies_cite_a_source() -> None:

@@ -4,12 +4,15 @@ Pure functions (numpy only); bench/fidelity.py supplies the rows and the predict
 
 Notation:
     theta = (log eta_m[g], log eta_c[g] for each GPU g with training rows; log o, log q, log r,
-             log o0, log q0, log r0)
+             log o0, log q0, log r0, log ri)
             eta_m, eta_c: achieved fractions of memory bandwidth and tensor FLOP/s (perf/analytic.py),
             o: step overhead per engine step, q: host work per sequence per step, r: per-request
             overhead before the first token (perf/stepmodel.py); o0, q0, r0: o, q and r of rows
             measured on vLLM's V0 engine (before 0.8), whose host costs are larger, so that those rows
-            inform the efficiencies without biasing the V1 overheads that plans use
+            inform the efficiencies without biasing the V1 overheads that plans use; ri: r of V1 rows
+            measured through the in-process AsyncLLM engine (no HTTP server, no separate
+            tokenization round trip), so that a benchmark harness's cheaper path does not pull down
+            the r of the OpenAI server that plans deploy
     e_j(theta) = log(pred_j(theta) / meas_j)    residual of one measured number j (a row's
                                                 throughput, TPOT or TTFT), so every metric counts in
                                                 relative error alike; TTFT gets weight TTFT_WEIGHT
@@ -56,6 +59,7 @@ class Params:
     v0_step_overhead_s: float = 2e-3
     v0_seq_overhead_s: float = 100e-6
     v0_request_overhead_s: float = 10e-3
+    inproc_request_overhead_s: float = 10e-3
 
 
 def split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -78,16 +82,17 @@ def _pack(p: Params, gpus: list[str]) -> np.ndarray:
         v += [math.log(p.eta[g][0]), math.log(p.eta[g][1])]
     return np.array(v + [math.log(p.step_overhead_s), math.log(p.seq_overhead_s), math.log(p.request_overhead_s),
                          math.log(p.v0_step_overhead_s), math.log(p.v0_seq_overhead_s),
-                         math.log(p.v0_request_overhead_s)])
+                         math.log(p.v0_request_overhead_s), math.log(p.inproc_request_overhead_s)])
 
 
 def _unpack(x: np.ndarray, gpus: list[str]) -> Params:
     lo, hi = BOUNDS["eta"]
     eta = {g: (float(np.clip(math.exp(x[2 * i]), lo, hi)), float(np.clip(math.exp(x[2 * i + 1]), lo, hi)))
            for i, g in enumerate(gpus)}
-    o, q, r, o0, q0, r0 = (float(np.clip(math.exp(x[-6 + i]), *BOUNDS[k])) for i, k in enumerate("oqroqr"))
+    o, q, r, o0, q0, r0, ri = (float(np.clip(math.exp(x[-7 + i]), *BOUNDS[k])) for i, k in enumerate("oqroqrr"))
     return Params(eta=eta, step_overhead_s=o, seq_overhead_s=q, request_overhead_s=r,
-                  v0_step_overhead_s=o0, v0_seq_overhead_s=q0, v0_request_overhead_s=r0)
+                  v0_step_overhead_s=o0, v0_seq_overhead_s=q0, v0_request_overhead_s=r0,
+                  inproc_request_overhead_s=ri)
 
 
 Residuals = Callable[[Params], list[tuple[float, float, float]]]  # [(pred, meas, weight)]
