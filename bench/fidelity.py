@@ -50,7 +50,8 @@ UTIL = 0.9  # vLLM's default --gpu-memory-utilization
 MAX_NUM_SEQS = 256  # vLLM's default --max-num-seqs
 METRICS = ("throughput", "tpot_ms", "ttft_ms")
 SPREAD = 0.5  # length spread of non-random datasets (loadgen.lengths)
-MAX_REQUESTS = 400  # requests simulated per row at most (the row's num_prompts, else 4 x its load)
+MAX_REQUESTS = 2000  # requests simulated per row at most (the row's num_prompts, else 4 x its load): above every
+                     # row's, since a burst's queue, and so its TTFT, is the burst's whole size
 
 
 # --- what a row measured -------------------------------------------------------------------------
@@ -202,7 +203,7 @@ def _load(row: dict, fast: bool = False) -> tuple[int, int]:
 def simulate(row: dict, rm: ReplicaModel, fast: bool = False) -> dict[str, float]:
     """The simulator's throughput / TPOT / TTFT for the row at the row's load (module docstring)."""
     n, c = _load(row, fast)
-    spread = 0.0 if str(row.get("dataset", "")).startswith("random") else SPREAD
+    spread = row.get("spread", 0.0 if str(row.get("dataset", "")).startswith("random") else SPREAD)
     pairs = loadgen.lengths(n, float(row["input"]), float(row["output"]), spread, seed=0)
     v0 = engine_core(row) == "v0"
     if row["mode"] == "closed_loop":
@@ -403,6 +404,14 @@ def main(argv: list[str] | None = None) -> int:
     v1 = v1_ids(rows)
     print(f"the same on the {len(v1)} rows of vLLM >= 0.8 (the V1 engine plans deploy; V0 rows only inform the efficiencies):")
     print(table({n: {m: [x for x in c[m] if x[0] in v1] for m in METRICS} for n, c in cols.items()}))
+    print("held-out medians with their 90% bootstrap intervals (rows resampled, seed 0):")
+    for label, ids in (("all rows", None), ("V1 rows", v1)):
+        cells = []
+        for m in METRICS:
+            items = [(p, v) for i, p, v in cols["held-out"][m] if ids is None or i in ids]
+            lo, hi = calibrate.median_interval(items)
+            cells.append(f"{m} {100 * calibrate.summary(items)[0]:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] (n {len(items)})")
+        print(f"  {label:9} " + "; ".join(cells))
     for reason in left_out:
         print(f"left out: {reason}")
     ex: dict[str, list[str]] = {}

@@ -147,6 +147,18 @@ def abs_rel_errors(items: list[tuple[float, float]]) -> list[float]:
     return [abs(p - m) / m for p, m in items]
 
 
+def median_interval(items: list[tuple[float, float]], reps: int = 2000, level: float = 0.9,
+                    seed: int = 0) -> tuple[float, float]:
+    """Bootstrap interval of the median absolute relative error: the (1 - level) / 2 and (1 + level) / 2
+    quantiles of the median over `reps` resamples of the rows with replacement (seeded, so the same
+    rows give the same interval). Says how far a median over a few dozen rows can be trusted."""
+    errs = np.array(abs_rel_errors(items))
+    rng = np.random.default_rng(seed)
+    meds = np.median(errs[rng.integers(0, errs.size, size=(reps, errs.size))], axis=1)
+    lo, hi = np.quantile(meds, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
 def summary(items: list[tuple[float, float]]) -> tuple[float, float] | None:
     """(median, p90) of the absolute relative errors; None without items."""
     if not items:
