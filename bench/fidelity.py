@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the same on the {len(v1)} rows of vLLM >= 0.8 (the V1 engine plans deploy; V0 rows only inform the efficiencies):")
     print(table({n: {m: [x for x in c[m] if x[0] in v1] for m in METRICS} for n, c in cols.items()}))
     print("held-out medians with their 90% bootstrap intervals (rows resampled, seed 0):")
-    for label, ids in (("all rows", None), ("V1 rows", v1)):
+    for label, ids in (("all rows", None), ("V1 rows", v1), ("V0 rows", {r["id"] for r in rows} - v1)):
         cells = []
         for m in METRICS:
             items = [(p, v) for i, p, v in cols["held-out"][m] if ids is None or i in ids]

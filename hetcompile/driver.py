@@ -84,11 +84,7 @@ def verify_by_simulation(ir0: Problem, res: PipelineResult, ctx: PassContext, lo
             best = verified
         bad = {m.workload for m in misses}
         for w in ws:
-            f = factors.get(w.name, 1.0)
-            if w.name in bad:
-                missed[w.name] = min(missed.get(w.name, f), f)
-            else:
-                held[w.name] = max(held.get(w.name, 0.0), f)
+            _record(held, missed, w.name, factors.get(w.name, 1.0), w.name in bad)
         trial = _next_factors(factors, held, missed, tighten(misses))
         if trial == factors or rounds == MAX_ROUNDS:
             break
@@ -120,6 +116,22 @@ def verify_by_simulation(ir0: Problem, res: PipelineResult, ctx: PassContext, lo
         ir0.span(f"slo:{w}"),
         hint=_cheapest_change(slo, w),
     )
+
+
+def _record(held: dict[str, float], missed: dict[str, float], w: str, f: float, miss: bool) -> None:
+    """Note that workload w's targets missed (or held) at share f. The newest outcome wins over an
+    older one it contradicts: workloads share the budget, so another workload's tighter share can
+    change what compose buys for this one, and a share that held in an earlier round can miss now
+    (chat-rag: rag held at 100% in round 1 and missed at 100% from round 2; with the stale hold
+    bracketing it, it was never tightened)."""
+    if miss:
+        missed[w] = min(missed.get(w, f), f)
+        if held.get(w, 0.0) >= f:
+            del held[w]
+    else:
+        held[w] = max(held.get(w, 0.0), f)
+        if missed.get(w, 2.0) <= f:
+            del missed[w]
 
 
 BISECT_TOLERANCE = 0.05  # stop refining f_w once the held and missed shares are this close (relative)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hetcompile.testing.health import health_server
+from hetcompile.testing.health import IDLE_METRICS, health_server
 
 ROOT = Path(__file__).resolve().parent.parent
 HEALTH: list[str] = []  # "127.0.0.1:PORT" of the session's stand-in replica /health (deploy, migrate tests)
@@ -14,8 +14,9 @@ HEALTH: list[str] = []  # "127.0.0.1:PORT" of the session's stand-in replica /he
 
 @pytest.fixture(scope="session", autouse=True)
 def _health_server():
-    """One loopback /health server for the session, stopped at its end."""
-    with health_server() as addr:
+    """One loopback stand-in replica for the session, stopped at its end: /health, and /metrics as an
+    idle vLLM reports it (so a deploy's drains find nothing in flight instead of waiting their limit)."""
+    with health_server(lambda: IDLE_METRICS) as addr:
         HEALTH.append(addr)
         yield
     HEALTH.clear()

@@ -91,7 +91,7 @@ def test_percentile_is_parsed_and_defaults_to_p99(tmp_path) -> None:
 
     text = (ROOT / "examples/llama70b-pp/spec.yaml").read_text()
     (tmp_path / "a.yaml").write_text(text)
-    (tmp_path / "b.yaml").write_text(text.replace("tpot: 150ms}", "tpot: 150ms, percentile: p90}"))
+    (tmp_path / "b.yaml").write_text(text.replace("tpot: 160ms}", "tpot: 160ms, percentile: p90}"))
     a, b = load_problem(tmp_path / "a.yaml")[0], load_problem(tmp_path / "b.yaml")[0]
     assert [w.slo_quantile for w in a.workloads if w.name == "chat"] == [0.99]
     assert [w.slo_quantile for w in b.workloads if w.name == "chat"] == [0.9]
@@ -246,6 +246,23 @@ def test_tail_factors_bisect_between_held_and_missed() -> None:
     assert _next_factors({"a": 0.75}, {"a": 0.5}, {"a": 0.75}, {"a": 0.9}) == {"a": 0.625}
     assert _next_factors({"a": 0.74}, {"a": 0.74}, {"a": 0.75}, {}) == {"a": 0.74}
     assert _next_factors({"b": 0.9}, {"a": 1.0, "b": 0.9}, {}, {}) == {"b": 0.9}
+
+
+def test_a_newer_miss_replaces_a_stale_hold() -> None:
+    """Workloads share the budget, so a share that held in one round can miss in a later one (another
+    workload's tighter share changed what compose bought): the miss wins, and the workload is
+    tightened instead of being held at the stale share (chat-rag's rag, at 100% for 4 rounds)."""
+    from hetcompile.driver import _next_factors, _record
+
+    held, missed = {}, {}
+    _record(held, missed, "rag", 1.0, miss=False)  # round 1: held at 100%
+    _record(held, missed, "rag", 1.0, miss=True)  # round 2: missed at 100%
+    assert held == {} and missed == {"rag": 1.0}
+    assert _next_factors({}, held, missed, {"rag": 0.8}) == {"rag": 0.8}
+    _record(held, missed, "rag", 0.8, miss=False)  # held once tightened: bracketed again
+    assert held == {"rag": 0.8} and missed == {"rag": 1.0}
+    _record(held, missed, "rag", 1.0, miss=False)  # a later hold at the missed share clears the miss
+    assert held == {"rag": 1.0} and missed == {}
 
 
 def test_the_queueing_bound_is_on_by_default_and_checked_by_simulation(tmp_path) -> None:

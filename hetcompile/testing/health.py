@@ -13,6 +13,14 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+IDLE_METRICS = ("# TYPE vllm:num_requests_running gauge\n"
+                'vllm:num_requests_running{engine="0",model_name="stub"} 0.0\n'
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                'vllm:num_requests_waiting{engine="0",model_name="stub"} 0.0\n')
+"""The gauges of an idle vLLM server: what a drained replica reports (a replica that does not answer
+/metrics at all makes a drain wait its whole limit, as it should for a real one)."""
+
+
 def _handler(metrics: Callable[[], str] | None) -> type[BaseHTTPRequestHandler]:
     class _Replica(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
