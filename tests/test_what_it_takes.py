@@ -114,10 +114,11 @@ def test_runners_up_each_say_why_they_lost() -> None:
     for r in runners:
         assert r["scale"] <= plan["totals"]["scale"] + 1e-6  # compose's plan is optimal: a runner-up never serves more
         assert r["text"].startswith("without ") and ("less" in r["text"] or "as much for" in r["text"] or "ties" in r["text"])
-    # a runner-up that trades throughput for latency says so (quickstart: without its L4 replica, three
-    # A100s serve 5% less at a lower mean TPOT)
-    mine = next(q for q in plan["alternatives"]["frontier"] if q["this_plan"])["tpot_s"]
-    faster = [r for r in runners if r["tpot_s"] is not None and r["tpot_s"] < mine]
+    # a runner-up that trades throughput for latency says so (llama70b-budget: without one 6x L40S
+    # PP3 replica, five 4x L40S replicas serve 7.3% less at a mean TPOT of 173 ms against 287 ms)
+    other = json.loads((ROOT / "tests/golden/llama70b-budget/plan.json").read_text())
+    mine = next(q for q in other["alternatives"]["frontier"] if q["this_plan"])["tpot_s"]
+    faster = [r for r in other["alternatives"]["runners_up"] if r["tpot_s"] is not None and r["tpot_s"] < mine]
     assert faster and all("mean TPOT" in r["text"] and "less" in r["text"] for r in faster)
 
 

@@ -51,7 +51,10 @@ def test_profile_then_simulate_against_real_vllm(tmp_path: Path) -> None:
         entries = yaml.safe_load(prof.read_text())
         assert len(entries) == 1 and entries[0]["model"] == "tiny-llama"
         coeff = entries[0]["coefficients"]
-        assert coeff["step_s"] > 0 and set(coeff) == {"step_s", "per_token_s", "per_kv_token_s", "request_s"}
+        assert set(coeff) == {"step_s", "per_token_s", "per_kv_token_s", "request_s"}
+        # nonnegative, and a one-token step takes time; which term carries it is a measurement, and on a
+        # busy machine the per-token term can take all of it (step_s 0.0 in one CI run beside other work)
+        assert min(coeff.values()) >= 0 and coeff["step_s"] + coeff["per_token_s"] > 0
 
         spec = tmp_path / "spec" / "spec.yaml"
         shutil.copy(ROOT / "examples/tiny-cpu/spec.yaml", spec)
