@@ -284,13 +284,14 @@ def table(cols: dict[str, dict[str, list]]) -> str:
     return "\n".join(lines)
 
 
+def held_out_items(cols: dict[str, dict[str, list]], m: str, ids: set[str] | None = None) -> list[tuple[float, float]]:
+    """(predicted, measured) of metric m over the held-out rows (those in `ids` when given)."""
+    return [(p, v) for i, p, v in cols["held-out"][m] if ids is None or i in ids]
+
+
 def held_out_figures(cols: dict[str, dict[str, list]], ids: set[str] | None = None) -> dict[str, float]:
     """Median abs rel error per metric over the held-out rows (those in `ids` when given)."""
-    out = {}
-    for m in METRICS:
-        s = calibrate.summary([(p, v) for i, p, v in cols["held-out"][m] if ids is None or i in ids])
-        out[m] = round(s[0], 4)
-    return out
+    return {m: round(calibrate.summary(held_out_items(cols, m, ids))[0], 4) for m in METRICS}
 
 
 def v1_ids(rows: list[dict]) -> set[str]:
@@ -408,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, ids in (("all rows", None), ("V1 rows", v1), ("V0 rows", {r["id"] for r in rows} - v1)):
         cells = []
         for m in METRICS:
-            items = [(p, v) for i, p, v in cols["held-out"][m] if ids is None or i in ids]
+            items = held_out_items(cols, m, ids)
             lo, hi = calibrate.median_interval(items)
             cells.append(f"{m} {100 * calibrate.summary(items)[0]:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] (n {len(items)})")
         print(f"  {label:9} " + "; ".join(cells))

@@ -157,10 +157,10 @@ def tail_advice(plan: PlanDoc, doc: SimulationDoc) -> TailAdvice:
                         "as long as the run lasts, and so does the p99")  # fmt: skip
     elif slowest is not None and doc.warmup_s < warmup:
         life = lifetime_s(plan)
-        why = (f"replica {slowest.id} runs at {slowest.rho:.1%} of its capacity: its queue" if warmup > LIFETIMES * life
-               else f"requests live up to ~{_dur(life)} and the replicas' batches")
-        warnings.append(f"{why} settle{'s' if warmup > LIFETIMES * life else ''} over ~{_dur(warmup)}, longer than "
-                        f"this run's {_dur(doc.warmup_s)} warm-up, so the p99 understates the tail")  # fmt: skip
+        why = (f"replica {slowest.id} runs at {slowest.rho:.1%} of its capacity: its queue settles"
+               if warmup > LIFETIMES * life else f"requests live up to ~{_dur(life)} and the replicas' batches settle")
+        warnings.append(f"{why} over ~{_dur(warmup)}, longer than this run's {_dur(doc.warmup_s)} warm-up, "
+                        "so the p99 understates the tail")  # fmt: skip
     duration = max(window / (1.0 - warm_frac) if warm_frac < 1 else math.inf,
                    warmup / warm_frac if warm_frac > 0 else (0.0 if warmup == 0 else math.inf))  # fmt: skip
     if warnings and not math.isinf(duration):
