@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -58,6 +59,26 @@ def test_placement_reports_the_emitted_capacity_of_each_chain(example: str) -> N
             checked += 1
         assert m.capacity == pytest.approx(sum(c.capacity_tokens_per_s for c in m.chains), rel=1e-5)
     assert checked or not doc["placement"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_scripts_pin_the_step_budget_the_capacity_assumes(example: str) -> None:
+    """Every node script passes --max-num-batched-tokens equal to its replica's step-model chunk,
+    so vLLM's own per-GPU default (8192 on H100/H200, 2048 elsewhere) cannot change what the
+    plan computed with."""
+    plan = read_plan_doc(GOLDEN / example)
+    for r in plan.replicas:
+        scripts = sorted((GOLDEN / example / "vllm" / r.id).glob("node*.sh"))
+        assert scripts, f"{example}/{r.id}"
+        for sh in scripts:
+            flags = re.findall(r"--max-num-batched-tokens (\d+)", sh.read_text())
+            assert flags == [str(r.step_model.chunk_tokens)], sh
+
+
+def test_step_budget_is_never_below_max_num_seqs() -> None:
+    """vLLM refuses --max-num-batched-tokens below --max-num-seqs."""
+    assert analytic.step_token_budget(256) == analytic.PREFILL_CHUNK
+    assert analytic.step_token_budget(4096) == 4096
 
 
 @pytest.mark.parametrize("model,gpu,tp,pp", [("llama-3.1-8b", "L4", 1, 1), ("llama-3-70b", "L40S", 2, 2),

@@ -2,7 +2,8 @@
 
 Engine arguments are identical on every node of a replica (vLLM's mp multi-node backend builds
 each node's config from its own CLI); only `--node-rank` and `--headless` (rank > 0, no API
-server) differ, and only the head gets `--host/--port`. The dtype is always explicit. Multi-node
+server) differ, and only the head gets `--host/--port`. The dtype is always explicit, and so is the
+step token budget (`--max-num-batched-tokens`): the plan's capacity assumes it. Multi-node
 replicas export the same VLLM_PP_LAYER_PARTITION on every node (docs/lowering_facts.md §1-2).
 Every emitted flag exists in vLLM 0.33 (checked against the pinned table in tests) and in the
 0.32 CPU build the end-to-end tests run.
@@ -16,6 +17,7 @@ from hetcompile import __version__
 from hetcompile.backends.shell import quote
 from hetcompile.backends.templating import render
 from hetcompile.ir.problem import Problem, Replica
+from hetcompile.perf import analytic
 
 MASTER_PORT = 29501
 
@@ -27,6 +29,13 @@ class NodeScript:
     rank: int
     path: str  # relative to OUT
     text: str
+
+
+def step_budget(ir: Problem, r: Replica) -> int:
+    """The tokens per engine step the replica's capacity was computed with (its step model's
+    chunk_tokens), pinned on the command line so that vLLM's own per-GPU default cannot differ."""
+    sm = r.estimate.step_model
+    return sm.chunk_tokens if sm is not None else analytic.step_token_budget(ir.engine.max_num_seqs)
 
 
 def engine_flags(ir: Problem, r: Replica, rank: int) -> list[str]:
@@ -41,6 +50,7 @@ def engine_flags(ir: Problem, r: Replica, rank: int) -> list[str]:
         f"--max-model-len {m.max_model_len}",
         f"--gpu-memory-utilization {ir.engine.gpu_memory_utilization}",
         f"--max-num-seqs {ir.engine.max_num_seqs}",
+        f"--max-num-batched-tokens {step_budget(ir, r)}",
     ]
     if d > 1:
         flags += [

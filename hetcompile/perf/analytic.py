@@ -64,6 +64,14 @@ IDEAL_STEP_OVERHEAD_S = 2e-3  # the uncalibrated model's step overhead (bench/fi
 REQUEST_OVERHEAD_S = float(_CALIBRATION["request_overhead_s"])
 
 
+def step_token_budget(max_num_seqs: int) -> int:
+    """Tokens one engine step may batch: the plan's chunk_tokens, and the `--max-num-batched-tokens`
+    its launch scripts pass, so vLLM runs the budget the plan was sized with instead of its own
+    per-GPU default (0.33: 8192 on >= 70 GiB cards other than A100, 2048 elsewhere). vLLM refuses a
+    budget below --max-num-seqs, hence the max."""
+    return max(PREFILL_CHUNK, max_num_seqs)
+
+
 def layer_params(a: ModelArch) -> float:
     attn = a.hidden * a.heads * a.head_dim * 2 + 2 * a.hidden * a.kv_heads * a.head_dim
     return attn + 3 * a.hidden * a.intermediate + 2 * a.hidden
@@ -176,5 +184,5 @@ def replica_model(
         activation_bytes=float(arch.hidden * b),
         step_overhead_s=IDEAL_STEP_OVERHEAD_S if ideal else STEP_OVERHEAD_S, max_num_seqs=max_num_seqs,
         seq_overhead_s=0.0 if ideal else SEQ_OVERHEAD_S,
-        chunk_tokens=PREFILL_CHUNK, request_overhead_s=0.0 if ideal else REQUEST_OVERHEAD_S, source="analytic",
+        chunk_tokens=step_token_budget(max_num_seqs), request_overhead_s=0.0 if ideal else REQUEST_OVERHEAD_S, source="analytic",
     )

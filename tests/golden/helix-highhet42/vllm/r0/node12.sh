@@ -15,6 +15,7 @@ exec vllm serve "$MODEL" \
   --max-model-len 2048 \
   --gpu-memory-utilization 0.92 \
   --max-num-seqs 256 \
+  --max-num-batched-tokens 2048 \
   --distributed-executor-backend mp \
   --nnodes 14 \
   --node-rank 12 \

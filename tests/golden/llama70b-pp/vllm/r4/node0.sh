@@ -23,6 +23,7 @@ exec vllm serve "$MODEL" \
   --max-model-len 4096 \
   --gpu-memory-utilization 0.92 \
   --max-num-seqs 256 \
+  --max-num-batched-tokens 2048 \
   --distributed-executor-backend mp \
   --nnodes 2 \
   --node-rank 0 \

@@ -21,6 +21,7 @@ exec vllm serve "$MODEL" \
   --max-model-len 8192 \
   --gpu-memory-utilization 0.92 \
   --max-num-seqs 256 \
+  --max-num-batched-tokens 2048 \
   --host "$HOST" \
   --port "$PORT" \
   "${AUTH[@]}" \
