@@ -32,7 +32,7 @@ from hetcompile.opt.solve import SolverOptions
 from hetcompile.perf import analytic, attention, catalog
 from hetcompile.perf.capacity import chain_capacity
 
-# the example where selection leaves GPUs out (two T4s: 4.2% < 5%); in hetis-cluster placement keeps
+# the example where selection leaves GPUs out (two T4s: 4.8% < 5%); in hetis-cluster placement keeps
 # compose's A100 replica and no chain at all (its spec says why)
 SELECTS = ROOT / "examples" / "helix-single24"
 

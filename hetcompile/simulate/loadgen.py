@@ -13,7 +13,10 @@ simulator (engine.py) is driven the way the benchmark drove the server:
 Request lengths: `lengths(n, I, O, spread, seed)` gives n (input, output) pairs with means I and O;
 spread 0 is the fixed-length random dataset, spread s draws each length uniformly in
 [(1 - s) x mean, (1 + s) x mean] (ShareGPT-like traffic, whose varied lengths keep closed-loop
-clients from moving in lock-step waves).
+clients from moving in lock-step waves), rescaled so the means are exactly I and O. Open-loop
+arrivals are Poisson gaps rescaled to span exactly (n - 1) / rate: both remove the draw's own
+sampling error (a seeded draw of 200 arrivals at 1 req/s spans 225 s, not 199 s), so a row is
+predicted at its nominal load.
 
 `LoadResult` holds what `vllm bench serve` prints: output tokens per second over the whole run
 (first arrival to last completion), and the medians over requests of TTFT (arrival to first token),
@@ -49,6 +52,7 @@ def lengths(n: int, input_tokens: float, output_tokens: float, spread: float, se
         return [(max(1, round(input_tokens)), max(1, round(output_tokens)))] * n
     rng = np.random.default_rng(seed)
     u = rng.uniform(1 - spread, 1 + spread, size=(n, 2))
+    u /= u.mean(axis=0)  # the draw's means are exactly the row's: a prediction at its load, not at a draw's
     return [(max(1, round(input_tokens * a)), max(1, round(output_tokens * b))) for a, b in u]
 
 
@@ -105,6 +109,8 @@ def open_loop(model: ReplicaModel, rate: float, pairs: list[tuple[int, int]], se
     """len(pairs) requests with Poisson arrivals at `rate` req/s (the first at t = 0)."""
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(pairs))
     times = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    if len(pairs) > 1:  # scaled so the arrivals span (n - 1) / rate: the draw at its mean rate (200
+        times *= (len(pairs) - 1) / rate / times[-1]  # exponential gaps alone span +-7%)
     reqs = [Request(i, "w", float(t), inp, out) for i, (t, (inp, out)) in enumerate(zip(times, pairs))]
 
     def schedule(drv: Driver, _reqs: list[Request]) -> None:
