@@ -3,7 +3,8 @@
 A plan with a target to check (an SLO, or `max_ttft_slowdown` set) is replayed with Poisson arrivals
 at its own served rates through its replicas and routing weights (simulate/run.py; steady_arrivals:
 they go on until the measured requests have finished), seeded and bounded by work, not wall-clock
-time. Only the part of the plan the targeted workloads' latencies depend on is replayed (`part_of`): the replicas they are routed to and whatever else shares them.
+time. Only the part of the plan the targeted workloads' latencies depend on is replayed
+(`part_of`): the replicas they are routed to and whatever else shares them.
 
     n_w       = max(VERIFY_REQUESTS, 2 x requests_for_quantile(q_w)) measured requests of every
                 workload w (simulate/tail.py: a q-quantile needs 10 / (1 - q) requests), in all
