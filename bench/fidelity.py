@@ -33,6 +33,7 @@ import json
 import re
 import statistics
 import sys
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -44,6 +45,7 @@ from hetcompile.simulate import loadgen
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "fidelity.yaml"
 FIGURES = Path(__file__).parent / "data" / "fidelity_figures.json"
+BLIS = Path(__file__).parent / "data" / "blis_trainval.yaml"
 GPUS_YAML = ROOT / "hetcompile" / "perf" / "data" / "gpus.yaml"
 CALIBRATION_YAML = ROOT / "hetcompile" / "perf" / "data" / "calibration.yaml"
 UTIL = 0.9  # vLLM's default --gpu-memory-utilization
@@ -102,6 +104,17 @@ def engine_core(row: dict) -> str:
     return "v1" if hit and (int(hit.group(1)), int(hit.group(2))) >= (0, 8) else "v0"
 
 
+ASYNC_SCHEDULING_SINCE = (0, 12)  # vLLM turned async scheduling on by default (vllm-project/vllm#27614)
+                                  # in the 0.12-0.14 releases; no row of the data lies in between
+
+
+def async_scheduling(row: dict) -> bool:
+    """Whether the row's engine overlapped host work with the GPU (perf/stepmodel.step_seconds):
+    vLLM >= 0.12 by default; V0 and V1 before it ran the scheduler's work before each step."""
+    hit = re.match(r"vLLM v?(\d+)\.(\d+)", str(row.get("engine") or ""))
+    return bool(hit) and (int(hit.group(1)), int(hit.group(2))) >= ASYNC_SCHEDULING_SINCE
+
+
 def engine_defaults(row: dict, gpu, max_len: int) -> tuple[int, int]:
     """(max_num_seqs, prompt tokens per engine step) the row's engine ran with when not set.
     V1 (vllm/engine/arg_utils.py get_batch_defaults): GPUs of >= 70 GiB other than A100 get 1024
@@ -120,6 +133,30 @@ def engine_defaults(row: dict, gpu, max_len: int) -> tuple[int, int]:
 def _setting(row: dict, pattern: str, default):
     hit = re.search(pattern, str(row.get("settings") or "") + " " + str(row.get("note") or ""))
     return type(default)(hit.group(1)) if hit else default
+
+
+def blis_rows(path: Path) -> list[dict]:
+    """The BLIS training experiments (bench/data/blis_trainval.yaml, bench/blis.py) as rows of this
+    benchmark: mode `staged` (constant-rate stages, each request a cached shared system prompt plus
+    a question), their means of ITL and TTFT; experiments on models outside the catalog are left out."""
+    rows = []
+    for e in yaml.safe_load(path.read_text())["experiments"]:
+        found = catalog.lookup_model(e["model_hf"])
+        if found is None or catalog.lookup_gpu(e["gpu"]) is None:
+            continue
+        system = int(e["prompt"].get("system_prompt_tokens") or 0)
+        m = e.get("measured") or {}
+        rows.append({
+            "id": "blis-" + e["id"], "model": found[0], "gpu": e["gpu"], "tp": int(e["tp"]), "pp": 1,
+            "input": system + float(e["prompt"]["question_tokens"]["mean"]), "output": float(e["output_tokens"]["mean"]),
+            "cached": system, "mode": "staged", "stages": [(float(x["rate"]), float(x["duration_s"])) for x in e["stages"]],
+            "concurrency": None, "rate": None, "dataset": "random", "stat": "mean",
+            "max_num_seqs": e.get("max_num_seqs"), "max_num_batched_tokens": e.get("max_num_batched_tokens"),
+            "engine": "vLLM 0.15.1", "settings": f"max_model_len={e.get('max_model_len')}",
+            "metrics": {"tpot_ms": m["itl_mean_ms"], "ttft_ms": m["ttft_mean_ms"]},
+            "source": e["source"], "note": e.get("note", ""),
+        })
+    return rows
 
 
 # --- the replica a row ran on ----------------------------------------------------------------------
@@ -163,13 +200,16 @@ def replica(row: dict, params: calibrate.Params | None = None, uncalibrated: boo
     seqs, chunk = engine_defaults(row, gpu, max_len)
     if row["mode"] == "offline_batch":  # LLM.generate / benchmark_throughput runs with the harness's cap
         seqs = _setting(row, r"max[-_ ]num[-_ ]seqs[ =:]*(\d+)", seqs)
+    seqs, chunk = int(row.get("max_num_seqs") or seqs), int(row.get("max_num_batched_tokens") or chunk)
     entry = analytic.perf_entry(row["model"], arch, 2, gpu, tp, util, max_len)
     part = analytic.balanced_partition(entry, arch.layers, pp, max_len)
     if part is None:
         raise DoesNotFit(f"{row['id']}: {row['model']} does not fit {pp} x {tp} {row['gpu']} at {util} memory utilization")
     stages = [(gpu, tp, k, analytic.stage_kv_tokens(entry, k, i == 0, i == pp - 1)) for i, k in enumerate(part)]
     rm = analytic.replica_model(arch, 2, stages, 5e-6, 64e9, seqs, ideal=uncalibrated)
-    update = {"chunk_tokens": chunk}
+    if row.get("tp_link") == "pcie" and tp > 1:
+        rm = pcie_kernels(rm, arch, catalog.lookup_gpu(row["gpu"]), gpu, tp)
+    update = {"chunk_tokens": chunk, "host_overlap": async_scheduling(row)}
     if params is not None and not uncalibrated:
         v0 = engine_core(row) == "v0"
         r = (params.v0_request_overhead_s if v0 else
@@ -180,6 +220,21 @@ def replica(row: dict, params: calibrate.Params | None = None, uncalibrated: boo
     if frontend(row) == "none":
         update["request_overhead_s"] = 0.0  # the batch is submitted before the first step
     return rm.model_copy(update=update)
+
+
+def pcie_kernels(rm: ReplicaModel, arch, nvlink_gpu, pcie_gpu, tp: int) -> ReplicaModel:
+    """A row whose TP crossed a host link although its GPUs have NVLink: the kernel tables measured
+    NVLink all-reduces, so their stages get the roofline's extra cost of the PCIe all-reduce over the
+    NVLink one (perf/analytic.allreduce_link) on top of the tables' own comm terms."""
+    fast, slow = analytic.roofline_cost(arch, 2, nvlink_gpu, tp), analytic.roofline_cost(arch, 2, pcie_gpu, tp)
+    stages = []
+    for s in rm.stages:
+        if s.cost.source == "kernels":
+            s = s.model_copy(update={"cost": s.cost.model_copy(update={
+                "comm_s_per_token": s.cost.comm_s_per_token + slow.comm_s_per_token - fast.comm_s_per_token,
+                "comm_s": s.cost.comm_s + slow.comm_s - fast.comm_s})})
+        stages.append(s)
+    return rm.model_copy(update={"stages": tuple(stages)})
 
 
 # --- predictions ---------------------------------------------------------------------------------
@@ -195,6 +250,8 @@ def _load(row: dict, fast: bool = False) -> tuple[int, int]:
             n = min(n, max(3 * c, 12))
     elif row["mode"] == "open_loop":
         n = n or 300
+    elif row["mode"] == "staged":
+        return len(loadgen.staged_times(row["stages"], poisson=False)), c  # every stage, also in the fit
     else:
         n = n or c or 1000
     return min(n, MAX_REQUESTS), c
@@ -206,12 +263,17 @@ def simulate(row: dict, rm: ReplicaModel, fast: bool = False) -> dict[str, float
     spread = row.get("spread", 0.0 if str(row.get("dataset", "")).startswith("random") else SPREAD)
     pairs = loadgen.lengths(n, float(row["input"]), float(row["output"]), spread, seed=0)
     v0 = engine_core(row) == "v0"
-    if row["mode"] == "closed_loop":
+    if row["mode"] == "staged":  # constant-rate stages (BLIS rows), the shared system prompt a prefix-cache hit
+        times = loadgen.staged_times(row["stages"], poisson=False)[:n]
+        res = loadgen.open_loop(rm, row["stages"][0][0], pairs, times=times, cached=int(row.get("cached") or 0))
+    elif row["mode"] == "closed_loop":
         res = loadgen.closed_loop(rm, c, pairs, prefill_first=v0)
     elif row["mode"] == "open_loop":
         res = loadgen.open_loop(rm, float(row["rate"]), pairs, seed=0, prefill_first=v0)
     else:
         res = loadgen.burst(rm, pairs, prefill_first=v0)
+    if row.get("stat") == "mean":  # the source reports means over requests (BLIS: mean ITL, mean TTFT)
+        return {"throughput": res.throughput, "tpot_ms": res.itl_mean_s * 1e3, "ttft_ms": res.ttft_mean_s * 1e3}
     return {"throughput": res.throughput, "tpot_ms": res.tpot_s * 1e3, "ttft_ms": res.ttft_s * 1e3}
 
 
@@ -246,14 +308,52 @@ def catalog_params(rows: list[dict]) -> calibrate.Params:
                             inproc_request_overhead_s=cal.get("inproc_request_overhead_s", cal["request_overhead_s"]))
 
 
+def unmeasured_eta(params: calibrate.Params, gpu: str) -> tuple[float, float]:
+    """What a roofline GPU without published measurements gets, computed without `gpu`: the medians
+    of the OTHER fitted roofline GPUs' efficiencies (perf/analytic.ETA_MEMORY / ETA_COMPUTE's rule)."""
+    others = [v for g, v in params.eta.items() if g != gpu and catalog.lookup_gpu(g).eta_memory is not None]
+    if not others:
+        return calibrate.PRIOR_ETA
+    return statistics.median(v[0] for v in others), statistics.median(v[1] for v in others)
+
+
 def logo_params(params: calibrate.Params, gpu: str) -> calibrate.Params:
-    """`params` with `gpu`'s efficiencies replaced by the median of the other fitted GPUs'."""
-    fitted = {g: v for g, v in params.eta.items() if g != gpu and catalog.lookup_gpu(g).eta_memory is not None}
-    if not fitted:
-        return params
-    em = statistics.median(v[0] for v in fitted.values())
-    ec = statistics.median(v[1] for v in fitted.values())
-    return dataclasses.replace(params, eta={**params.eta, gpu: (em, ec)})
+    """`params` with `gpu`'s efficiencies replaced by unmeasured_eta: what a GPU without published
+    measurements gets. GPUs with kernel tables have no fitted efficiency: LOGO predicts them as shipped."""
+    return dataclasses.replace(params, eta={**params.eta, gpu: unmeasured_eta(params, gpu)})
+
+
+def source_of(row: dict) -> str:
+    """The lab or harness a row comes from: the GitHub repository for GitHub URLs, else the site.
+    Rows of one source share a harness, a machine and a way of reading numbers off a page, so
+    leave-one-source-out holds them out together."""
+    u = urllib.parse.urlparse(row["source"])
+    parts = [x for x in u.path.split("/") if x]
+    return u.netloc + ("/" + "/".join(parts[:2]) if u.netloc == "github.com" else "")
+
+
+def loso_params(params: calibrate.Params, rows: list[dict], source: str) -> calibrate.Params:
+    """`params` as if `source` had never been measured: each roofline GPU of the source gets its
+    efficiencies refitted on every row of that GPU from the OTHER sources (host overheads held at
+    `params`), or the roofline's defaults when no other source measured it. GPUs with kernel tables
+    have no fitted term, so only the shared host overheads (o, q, r, fitted with the source in) leak."""
+    mine = [r for r in rows if source_of(r) == source]
+    eta = dict(params.eta)
+    for g in sorted({r["gpu"] for r in mine} & set(params.eta)):
+        others = [r for r in rows if r["gpu"] == g and source_of(r) != source]
+        if not others:
+            eta[g] = unmeasured_eta(params, g)  # what a GPU without measurements gets
+            continue
+        base = dataclasses.replace(params, eta={g: calibrate.PRIOR_ETA})
+        got = calibrate.fit(_residuals(others), [g], base, iterations=6, hold_host=True)
+        eta[g] = got.eta[g]
+    return dataclasses.replace(params, eta=eta)
+
+
+def loso(rows: list[dict], params: calibrate.Params) -> dict[str, list[tuple[str, float, float]]]:
+    """Leave-one-source-out: every row predicted by loso_params of its own source."""
+    per_source = {s: loso_params(params, rows, s) for s in sorted({source_of(r) for r in rows})}
+    return pairs_of(rows, lambda r: simulate(r, replica(r, per_source[source_of(r)])))
 
 
 def evaluate(rows: list[dict], logo: bool = True, uncal: bool = True) -> dict[str, dict[str, list]]:
@@ -262,7 +362,8 @@ def evaluate(rows: list[dict], logo: bool = True, uncal: bool = True) -> dict[st
     train, held = calibrate.split(rows)
     cal = {r["id"]: r for r in rows}
     preds = {r["id"]: simulate(r, replica(r, params)) for r in rows}
-    cols = {"train": pairs_of(train, lambda r: preds[r["id"]]), "held-out": pairs_of(held, lambda r: preds[r["id"]])}
+    cols = {"LOSO": loso(rows, params),
+            "train": pairs_of(train, lambda r: preds[r["id"]]), "held-out": pairs_of(held, lambda r: preds[r["id"]])}
     if logo:
         cols["LOGO"] = pairs_of(rows, lambda r: simulate(r, replica(r, logo_params(params, r["gpu"]))))
     if uncal:
@@ -284,6 +385,19 @@ def table(cols: dict[str, dict[str, list]]) -> str:
     return "\n".join(lines)
 
 
+def source_table(items: dict[str, list], rows: list[dict]) -> str:
+    """Per source: rows, GPUs and the median abs rel error of each metric (one column's items)."""
+    by = {r["id"]: source_of(r) for r in rows}
+    lines = [f"  {'source':44} {'rows':>4}  " + "  ".join(f"{m:>14}" for m in METRICS)]
+    for src in sorted(set(by.values()), key=lambda x: (-sum(1 for v in by.values() if v == x), x)):
+        cells = []
+        for m in METRICS:
+            got = [(p, v) for i, p, v in items[m] if by[i] == src]
+            cells.append(f"{100 * calibrate.summary(got)[0]:6.1f}% ({len(got):3d})" if got else f"{'-':>14}")
+        lines.append(f"  {src[:44]:44} {sum(1 for v in by.values() if v == src):4d}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
 def held_out_items(cols: dict[str, dict[str, list]], m: str, ids: set[str] | None = None) -> list[tuple[float, float]]:
     """(predicted, measured) of metric m over the held-out rows (those in `ids` when given)."""
     return [(p, v) for i, p, v in cols["held-out"][m] if ids is None or i in ids]
@@ -301,21 +415,40 @@ def v1_ids(rows: list[dict]) -> set[str]:
 
 # --- fitting -------------------------------------------------------------------------------------
 
+MIN_GPU_ROWS = 5  # training rows a GPU needs for efficiencies of its own; with fewer, one source's
+                 # harness would set them (A10G, T4, A40 have 1-2): those keep the kernel-derived defaults
+
+
+def roofline_gpus(rows: list[dict]) -> list[str]:
+    """GPUs of `rows` that the roofline predicts (no kernel tables for the row's GPU, model shape and
+    TP) on at least MIN_GPU_ROWS rows: the only GPUs with fitted efficiencies."""
+    count: dict[str, int] = {}
+    for r in rows:
+        if any(s.cost.source == "roofline" for s in replica(r).stages):
+            count[r["gpu"]] = count.get(r["gpu"], 0) + 1
+    return sorted(g for g, n in count.items() if n >= MIN_GPU_ROWS)
+
+
 def fit(rows: list[dict]) -> calibrate.Params:
     """Least squares on the training split with the simulator as the predictor (`fast` lengths).
     A row's prediction depends only on its GPU's efficiencies and the three overheads, so it is
     cached on those: a Jacobian column for one GPU's efficiency re-simulates that GPU's rows only."""
     train, _ = calibrate.split(rows)
-    gpus = sorted({r["gpu"] for r in train})
+    gpus = roofline_gpus(train)  # GPUs with kernel tables carry no fitted term
     # a fixed start (not the catalog's current values), so refitting the same rows gives the same values
     prior = calibrate.Params(eta={g: calibrate.PRIOR_ETA for g in gpus})
 
+    return calibrate.fit(_residuals(train), gpus, prior, log=lambda s: print(s, file=sys.stderr, flush=True))
+
+
+def _residuals(rows: list[dict]) -> calibrate.Residuals:
+    """The fit's residuals over `rows`, each row's simulation cached on the parameters it reads."""
     cache: dict[tuple, dict[str, float]] = {}
 
     def residuals(p: calibrate.Params) -> list[tuple[float, float, float]]:
         out = []
-        for r in train:
-            key = (r["id"], p.eta[r["gpu"]], p.step_overhead_s, p.seq_overhead_s, p.request_overhead_s,
+        for r in rows:
+            key = (r["id"], p.eta.get(r["gpu"]), p.step_overhead_s, p.seq_overhead_s, p.request_overhead_s,
                    p.v0_step_overhead_s, p.v0_seq_overhead_s, p.v0_request_overhead_s, p.inproc_request_overhead_s)
             if key not in cache:
                 cache[key] = simulate(r, replica(r, p), fast=True)
@@ -324,7 +457,7 @@ def fit(rows: list[dict]) -> calibrate.Params:
                 out.append((pred[m], v, calibrate.TTFT_WEIGHT if m == "ttft_ms" else 1.0))
         return out
 
-    return calibrate.fit(residuals, gpus, prior, log=lambda s: print(s, file=sys.stderr, flush=True))
+    return residuals
 
 
 def write_fit(p: calibrate.Params, rows: list[dict]) -> None:
@@ -339,15 +472,14 @@ def write_fit(p: calibrate.Params, rows: list[dict]) -> None:
         if hit and hit.group(1) in p.eta:
             g = hit.group(1)
             em, ec = p.eta[g]
-            n = sum(1 for r in train if r["gpu"] == g)
+            n = sum(1 for r in train if r["gpu"] == g and any(s.cost.source == "roofline" for s in replica(r).stages))
             b = b.rstrip("\n") + "\n" + (
                 f"  eta_memory: {em:.3f}\n  eta_compute: {ec:.3f}\n"
-                f"  eta_source: \"fitted by bench/fidelity.py --fit on the {n} training rows of {g} in bench/data/fidelity.yaml\"\n")
+                f"  eta_source: \"fitted by bench/fidelity.py --fit on the {n} training rows of {g} that the roofline predicts "
+                f"(no kernel tables for the row's model and TP) in bench/data/fidelity.yaml\"\n")
             b += "\n" if not b.endswith("\n\n") else ""
         out.append(b)
     GPUS_YAML.write_text("".join(out).rstrip("\n") + "\n")
-    ems = sorted(v[0] for v in p.eta.values())
-    ecs = sorted(v[1] for v in p.eta.values())
     doc = {
         "source": f"fitted by bench/fidelity.py --fit on the {len(train)} training rows of bench/data/fidelity.yaml",
         "step_overhead_s": float(f"{p.step_overhead_s:.3g}"),
@@ -357,26 +489,31 @@ def write_fit(p: calibrate.Params, rows: list[dict]) -> None:
         "v0_seq_overhead_s": float(f"{p.v0_seq_overhead_s:.3g}"),
         "v0_request_overhead_s": float(f"{p.v0_request_overhead_s:.3g}"),
         "inproc_request_overhead_s": float(f"{p.inproc_request_overhead_s:.3g}"),
-        "eta_memory_default": round(statistics.median(ems), 3),
-        "eta_compute_default": round(statistics.median(ecs), 3),
+        "eta_memory_default": round(statistics.median(v[0] for v in p.eta.values()), 3),
+        "eta_compute_default": round(statistics.median(v[1] for v in p.eta.values()), 3),
     }
     CALIBRATION_YAML.write_text(
-        "# Host overheads and default efficiencies of the analytic step model (perf/analytic.py).\n"
-        "# Written by `python bench/fidelity.py --fit`; do not edit by hand. The defaults are the medians of\n"
-        "# the per-GPU fitted values (perf/data/gpus.yaml), used for GPUs without published measurements.\n"
+        "# Host overheads of the step model (perf/stepmodel.py: o, q per engine step, overlapping the GPU; r per\n"
+        "# request) and the roofline's default efficiencies (the medians of the fitted roofline GPUs', for a GPU\n"
+        "# with neither kernel tables nor rows). Written by `python bench/fidelity.py --fit`; do not edit by hand.\n"
         + yaml.safe_dump(doc, sort_keys=True))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--blis", default=str(BLIS), help="the BLIS experiments to add as rows ('' for none)")
     ap.add_argument("--rows", action="store_true", help="print every row's prediction")
     ap.add_argument("--fit", action="store_true", help="refit the catalog's efficiencies and overheads, then report")
+    ap.add_argument("--no-write", action="store_true", help="with --fit: print the fitted values, leave the catalog as it is")
     ap.add_argument("--update-figures", action="store_true", help=f"write the held-out medians to {FIGURES}")
     args = ap.parse_args(argv)
-    rows, left_out = usable(yaml.safe_load(args.data.read_text()))
+    rows, left_out = usable(yaml.safe_load(args.data.read_text()) + (blis_rows(Path(args.blis)) if args.blis else []))
     if args.fit:
         p = fit(rows)
+        if args.no_write:
+            print("fitted (not written):", json.dumps(dataclasses.asdict(p)))
+            return 0
         write_fit(p, rows)
         print("fitted:", json.dumps({"eta": {g: [round(a, 3), round(b, 3)] for g, (a, b) in p.eta.items()},
                                      "o": p.step_overhead_s, "q": p.seq_overhead_s, "r": p.request_overhead_s,
@@ -397,8 +534,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{tag}{i:47} {m:9} {v:9.1f} {p:9.1f} {logo[(i, m)]:9.1f} {unc[(i, m)]:9.1f}")
         print("(* held out)\n")
     print(f"{len(rows)} published rows ({len(train)} train, {len(held)} held out) over "
-          f"{len({r['gpu'] for r in rows})} GPU types; simulator at each row's load; median/p90 abs rel error")
+          f"{len({r['gpu'] for r in rows})} GPU types from {len({source_of(r) for r in rows})} sources; "
+          "simulator at each row's load; median/p90 abs rel error")
     print(table(cols))
+    print("leave-one-source-out (the headline: each source predicted by a model fitted without it), per source:")
+    print(source_table(cols["LOSO"], rows))
     big = {r["id"] for r in rows if analytic.total_params(catalog.lookup_model(r["model"])[2]) >= 7e9}
     print(f"the same on the {len(big)} rows of 7B-and-larger models (what hetcompile plans for):")
     print(table({n: {m: [x for x in c[m] if x[0] in big] for m in METRICS} for n, c in cols.items()}))
@@ -428,8 +568,11 @@ def main(argv: list[str] | None = None) -> int:
         s = calibrate.summary(items)
         print(f"  {g:10} {100 * s[0]:5.1f}% ({len(items)})")
     if args.update_figures:
+        loso_cols = {"held-out": cols["LOSO"]}  # the same medians over the LOSO column (tracked, not gated: minutes)
         FIGURES.write_text(json.dumps({"held_out_median": held_out_figures(cols),
-                                       "held_out_median_v1": held_out_figures(cols, v1), "rows": len(rows)},
+                                       "held_out_median_v1": held_out_figures(cols, v1),
+                                       "loso_median": held_out_figures(loso_cols),
+                                       "loso_median_v1": held_out_figures(loso_cols, v1), "rows": len(rows)},
                                       indent=2, sort_keys=True) + "\n")
         print(f"wrote {FIGURES}")
     return 0

@@ -437,6 +437,8 @@ def simulate(
     arrivals: str = typer.Option("poisson", "--arrivals", help="'poisson' (per workload at the plan's rates) or a JSONL trace"),
     seed: int = typer.Option(0, "--seed", help="seed of the Poisson arrivals"),
     load: float = typer.Option(1.0, "--load", help="multiple of the plan's served rates to offer (poisson)"),
+    stages: Optional[str] = typer.Option(None, "--stages", help="a load that changes over time, e.g. '0.4:600s,1.0:600s' "
+                                         "(load multiple:duration, one after the other; replaces --load and --duration)"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="where to write simulation.json (default OUT/simulation.json)"),
 ) -> None:
     """Replay arrivals through the plan's replicas and router weights (discrete-event); write simulation.json."""
@@ -446,7 +448,7 @@ def simulate(
     from hetcompile.explain.simulation import simulation_section
     from hetcompile.plan.io import read_plan_doc
     from hetcompile.ir.units import parse_duration
-    from hetcompile.simulate import simulate as run_simulation, steady_arrivals, trace_arrivals
+    from hetcompile.simulate import simulate as run_simulation, staged_arrivals, steady_arrivals, trace_arrivals
 
     try:
         plan = read_plan_doc(out_dir)
@@ -458,12 +460,20 @@ def simulate(
             raise HetcompileError(f"--duration must be positive, got {duration!r}")
         if load <= 0:
             raise HetcompileError(f"--load must be positive, got {load}")
-        if arrivals == "poisson":
-            arr, name = steady_arrivals(plan, seconds, seed, load), "poisson"
+        if stages is not None:
+            if arrivals != "poisson":
+                raise HetcompileError("--stages generates Poisson arrivals: leave out --arrivals")
+            steps = _parse_stages(stages, parse_duration)
+            seconds, load = sum(d for _, d in steps), max(x for x, _ in steps)
+            doc = run_simulation(plan, staged_arrivals(plan, steps, seed), seconds, seed=seed, load=load,
+                                 arrivals_name="poisson stages " + stages.replace(" ", ""))
+        elif arrivals == "poisson":
+            doc = run_simulation(plan, steady_arrivals(plan, seconds, seed, load), seconds, seed=seed, load=load,
+                                 arrivals_name="poisson")
         else:
             # a trace's arrivals after --duration keep the load on, unmeasured (simulate/run.py)
-            arr, name = trace_arrivals(plan, Path(arrivals)), Path(arrivals).name
-        doc = run_simulation(plan, arr, seconds, seed=seed, load=load if name == "poisson" else 1.0, arrivals_name=name)
+            doc = run_simulation(plan, trace_arrivals(plan, Path(arrivals)), seconds, seed=seed, load=1.0,
+                                 arrivals_name=Path(arrivals).name)
     except HetcompileError as exc:
         _fail(exc)
         return
@@ -475,6 +485,23 @@ def simulate(
     out.print(Group(*rich_renderables(Doc(f"simulation of {plan.plan}", (), (simulation_section(doc),)), out.width)))
     _print_tail_advice(plan, doc)
     err.print(f"wrote {target}")
+
+
+def _parse_stages(text: str, parse_duration) -> list[tuple[float, float]]:
+    """'0.4:600s,1.0:10min' -> [(0.4, 600.0), (1.0, 600.0)]; a clear error for anything else."""
+    steps = []
+    for item in text.split(","):
+        load_s, sep, dur_s = item.strip().partition(":")
+        try:
+            if not sep:
+                raise ValueError("expected LOAD:DURATION")
+            load_v, dur_v = float(load_s.strip().rstrip("x")), parse_duration(dur_s.strip())
+        except ValueError as exc:
+            raise HetcompileError(f"--stages: {item.strip()!r}: {exc} (e.g. '0.4:600s,1.0:600s')") from None
+        if not (load_v > 0 and dur_v > 0):
+            raise HetcompileError(f"--stages: {item.strip()!r}: the load and the duration must be positive")
+        steps.append((load_v, dur_v))
+    return steps
 
 
 def _print_tail_advice(plan, doc) -> None:

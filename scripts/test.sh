@@ -14,6 +14,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q -U pip
 "$VENV/bin/python" -m pip install -q -e '.[test]'
+# the pinned kernel tables, without the dependencies the estimator path does not use (pandas, pyarrow,
+# scipy: 470 MB): tests/test_kernels.py checks the shipped fit against them
+"$VENV/bin/python" -m pip install -q --no-deps 'aiconfigurator-core==0.12.0'
 bash scripts/vllm_cpu_venv.sh >/dev/null
 # structure first: an import against the layers or a lint error fails in seconds, not after the suite
 "$VENV/bin/lint-imports" --no-cache

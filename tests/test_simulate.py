@@ -382,7 +382,10 @@ def test_cli_warns_when_the_run_is_too_short_for_its_p99(tmp_path: Path) -> None
 
 def test_stage_times_from_kept_terms_are_the_stage_models_own() -> None:
     """The simulator keeps ReplicaModel.stage_terms() and evaluates each kind of stage once per step;
-    that must be StageModel.time + the step's share of o + q m, bit for bit (one formula)."""
+    that must be step_seconds(StageModel.time, o + q m), bit for bit (one formula), with the host work
+    overlapped (vLLM's async scheduling) or, for older engines, its share added."""
+    from hetcompile.perf.stepmodel import step_seconds
+
     other = COST.model_copy(update={"flop_s_per_token": 3e-6, "serial_fraction": 0.2, "comm_s_per_token": 1e-7})
     rm = _rm(depth=3, layers=9).model_copy(update={"seq_overhead_s": 4e-5})
     rm = rm.model_copy(update={"stages": (rm.stages[0], rm.stages[1].model_copy(update={"cost": other, "head_s": 1e-3}),
@@ -390,8 +393,11 @@ def test_stage_times_from_kept_terms_are_the_stage_models_own() -> None:
     kinds, per_stage = rm.stage_terms()
     assert len(kinds) == 2 and [i for _, i, _ in per_stage] == [0, 1, 0]
     for n, S, A, m in ((1.0, 900.0, 900.0, 1.0), (512.0, 3e4, 7e4, 40.0)):
-        o = (rm.step_overhead_s + rm.seq_overhead_s * m) / rm.depth
-        assert rm.stage_times(n, S, A, m, rm.stage_terms()) == [st.time(n, S, A) + o for st in rm.stages]
+        host = rm.step_overhead_s + rm.seq_overhead_s * m
+        assert rm.stage_times(n, S, A, m, rm.stage_terms()) == [max(st.time(n, S, A), host) for st in rm.stages]
+        old = rm.model_copy(update={"host_overlap": False})
+        assert old.stage_times(n, S, A, m, old.stage_terms()) == [st.time(n, S, A) + host / 3 for st in rm.stages]
+        assert [step_seconds(st.time(n, S, A), host) for st in rm.stages] == rm.stage_times(n, S, A, m)
 
 
 def test_steady_arrivals_keep_the_load_on_until_the_window_has_finished() -> None:
@@ -415,3 +421,42 @@ def test_steady_arrivals_keep_the_load_on_until_the_window_has_finished() -> Non
     last = [r.id for r in window if r.arrival > duration - 2.0 and tpot_of(r) is not None]
     assert last
     assert sum(tpot_of(reqs[i]) for i in last) > sum(tpot_of(drained[i]) for i in last)
+
+
+def test_staged_arrivals_change_the_rate_per_stage() -> None:
+    """--stages: each stage offers its own multiple of the plan's rates, one after the other, and the
+    last stage keeps going past the end (steady_arrivals' rule)."""
+    from hetcompile.simulate import staged_arrivals
+
+    plan = read_plan_doc(TINY)
+    total = sum(w.served_requests_per_s for w in plan.workloads)
+    arr = staged_arrivals(plan, [(0.25, 200.0), (1.0, 200.0)], seed=3)
+    first = sum(1 for a in arr if a.t < 200.0) / 200.0
+    second = sum(1 for a in arr if 200.0 <= a.t < 400.0) / 200.0
+    assert first == pytest.approx(0.25 * total, rel=0.15)
+    assert second == pytest.approx(1.0 * total, rel=0.1)
+    assert max(a.t for a in arr) > 400.0  # the last stage goes on, unmeasured
+    assert arr == staged_arrivals(plan, [(0.25, 200.0), (1.0, 200.0)], seed=3)
+
+
+def test_cli_stages(tmp_path: Path) -> None:
+    out = tmp_path / "sim.json"
+    res = CliRunner().invoke(app, ["simulate", str(TINY), "--stages", "0.5:20s,1.0:20s", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["duration_s"] == 40.0 and doc["load"] == 1.0 and doc["arrivals"].startswith("poisson stages")
+    bad = CliRunner().invoke(app, ["simulate", str(TINY), "--stages", "fast:20s"])
+    assert bad.exit_code != 0 and "--stages" in bad.output
+
+
+def test_prefix_cache_hits_skip_their_prefill() -> None:
+    """A request whose prompt prefix is cached prefills only the rest: a shorter TTFT, and a
+    preempted one does not prefill the cached prefix again."""
+    from hetcompile.simulate import loadgen
+
+    rm = _rm(kv=1e6)
+    pairs = [(2000, 20)] * 20
+    cold = loadgen.open_loop(rm, 2.0, pairs, seed=1)
+    warm = loadgen.open_loop(rm, 2.0, pairs, seed=1, cached=1500)
+    assert warm.ttft_s < 0.5 * cold.ttft_s
+    assert warm.itl_mean_s > 0 and warm.e2e_mean_s > warm.ttft_mean_s

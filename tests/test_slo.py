@@ -91,7 +91,7 @@ def test_percentile_is_parsed_and_defaults_to_p99(tmp_path) -> None:
 
     text = (ROOT / "examples/llama70b-pp/spec.yaml").read_text()
     (tmp_path / "a.yaml").write_text(text)
-    (tmp_path / "b.yaml").write_text(text.replace("tpot: 160ms}", "tpot: 160ms, percentile: p90}"))
+    (tmp_path / "b.yaml").write_text(text.replace("tpot: 170ms}", "tpot: 170ms, percentile: p90}"))
     a, b = load_problem(tmp_path / "a.yaml")[0], load_problem(tmp_path / "b.yaml")[0]
     assert [w.slo_quantile for w in a.workloads if w.name == "chat"] == [0.99]
     assert [w.slo_quantile for w in b.workloads if w.name == "chat"] == [0.9]

@@ -19,7 +19,7 @@ from hetcompile.driver import compile_spec
 from hetcompile.plan.doc import Binding, Marginal, WhatItWouldTake
 from hetcompile.passes.compose_whatif import bindings_from_marginals
 
-# the bundled budget-limited example: llama70b-pp's workloads, plenty of nodes, $25/h
+# the bundled budget-limited example: llama70b-pp's workloads, plenty of nodes, $12/h
 BUDGET_LIMITED = (ROOT / "examples/llama70b-budget/spec.yaml").read_text()
 MIN_COST = re.sub(r"(?m)^budget: .*\n", "", BUDGET_LIMITED).replace("objective: max-throughput", "objective: min-cost")
 
@@ -37,18 +37,20 @@ def tmp(tmp_path_factory) -> str:
 
 
 def test_budget_that_serves_all_demand_equals_the_min_cost_plan(tmp) -> None:
-    # without the queueing bound: with it each build's verification searches its own plan's tail
-    # factors, and the what-if carries the budget plan's (llama70b-budget: $44/h against a min-cost
-    # build's $41.8/h)
+    # without the queueing bound and without chat's SLO: with either, each build's verification
+    # searches its own plan's tail factors, and the what-if carries the budget plan's (llama70b-budget
+    # with its SLO: $24.20/h against a min-cost build's $19.80/h; issue 32 item 4 is to make them agree)
     off = "max_ttft_slowdown: null\n"
-    plan = json.loads(_build(BUDGET_LIMITED + off, tmp)["plan.json"])
+    no_slo = re.sub(r", slo: \{[^}]*\}", "", BUDGET_LIMITED)
+    plan = json.loads(_build(no_slo + off, tmp)["plan.json"])
     assert plan["totals"]["scale"] < 1  # budget-limited: serves part of the demand
     wt = plan["what_it_would_take"]
-    min_cost = json.loads(_build(MIN_COST + off, tmp)["plan.json"])
+    min_cost_spec = re.sub(r"(?m)^budget: .*\n", "", no_slo).replace("objective: max-throughput", "objective: min-cost")
+    min_cost = json.loads(_build(min_cost_spec + off, tmp)["plan.json"])
     assert min_cost["totals"]["scale"] == pytest.approx(1.0)
     assert wt["full_demand_price_per_hour"] == pytest.approx(min_cost["totals"]["price_per_hour"], abs=0.005)
-    md = _build(BUDGET_LIMITED + off, tmp)["plan.md"]
-    assert f"takes ${min_cost['totals']['price_per_hour']:.2f}/h at least, above the $25.00/h budget" in md
+    md = _build(no_slo + off, tmp)["plan.md"]
+    assert f"takes ${min_cost['totals']['price_per_hour']:.2f}/h at least, above the $12.00/h budget" in md
     # the budget binds, and one more replica's worth of budget buys more requests/s
     budget = [m for m in wt["marginals"] if m["kind"] == "budget"]
     assert budget and budget[0]["requests_per_s_delta"] > 0 and budget[0]["step_per_hour"] > 0
@@ -114,12 +116,16 @@ def test_runners_up_each_say_why_they_lost() -> None:
     for r in runners:
         assert r["scale"] <= plan["totals"]["scale"] + 1e-6  # compose's plan is optimal: a runner-up never serves more
         assert r["text"].startswith("without ") and ("less" in r["text"] or "as much for" in r["text"] or "ties" in r["text"])
-    # a runner-up that trades throughput for latency says so (llama70b-budget: without one 6x L40S
-    # PP3 replica, five 4x L40S replicas serve 7.3% less at a mean TPOT of 173 ms against 287 ms)
-    other = json.loads((ROOT / "tests/golden/llama70b-budget/plan.json").read_text())
-    mine = next(q for q in other["alternatives"]["frontier"] if q["this_plan"])["tpot_s"]
-    faster = [r for r in other["alternatives"]["runners_up"] if r["tpot_s"] is not None and r["tpot_s"] < mine]
-    assert faster and all("mean TPOT" in r["text"] and "less" in r["text"] for r in faster)
+    # a runner-up with a lower mean TPOT says so, and what it gives up for it (chat-rag: one ties this
+    # plan at 61.8 ms against 62.0 ms)
+    seen = 0
+    for example in ("chat-rag", "llama70b-budget", "llama70b-pp", "quickstart"):
+        other = json.loads((ROOT / f"tests/golden/{example}/plan.json").read_text())
+        mine = next(q for q in other["alternatives"]["frontier"] if q["this_plan"])["tpot_s"]
+        faster = [r for r in other["alternatives"]["runners_up"] if r["tpot_s"] is not None and r["tpot_s"] < mine]
+        assert all("mean TPOT" in r["text"] and ("less" in r["text"] or "ties" in r["text"]) for r in faster), example
+        seen += len(faster)
+    assert seen
 
 
 def test_build_line_states_what_all_demand_takes(tmp_path) -> None:
@@ -137,7 +143,7 @@ def test_build_line_states_what_all_demand_takes(tmp_path) -> None:
     line = re.search(r"  simulated: 4 x [\d.]+ s at the planned load \(\d+ requests, \d+ plans? tried\): (.*)",
                      proc.stdout)
     assert line, proc.stdout
-    assert re.search(r"chat p99 TTFT [\d.]+ s \(target 2 s\), TPOT [\d.]+ s \(target 0\.15 s\); "
+    assert re.search(r"chat p99 TTFT [\d.]+ s \(target 2 s\), TPOT [\d.]+ s \(target 0\.17 s\); "
                      r"long p99 TTFT [\d.]+ s \(bound [\d.]+ s\), TPOT [\d.]+ s$", line.group(1)), line.group(1)
-    assert re.search(r"  takes: Serving 100% of the demand .* takes \$\d+\.\d\d/h at least, above the \$25\.00/h budget",
+    assert re.search(r"  takes: Serving 100% of the demand .* takes \$\d+\.\d\d/h at least, above the \$12\.00/h budget",
                      proc.stdout)

@@ -110,6 +110,7 @@ def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
                                       concurrency=conc[w], ttft_s=ttft.get(w), tpot_s=tpot.get(w), **capacity_bound(bind[w]))
                    for w, rps in est.throughput_rps},
         price_per_hour=replica_price_per_s(ir, r) * 3600, step_model=est.step_model,
+        step_source=est.step_model.step_source if est.step_model is not None else None,
     )
 
 

@@ -29,7 +29,8 @@ from hetcompile.explain.model import (
 )
 
 ESTIMATE_TEXT = {
-    "analytic": "datasheet model (hetcompile/perf/analytic.py): memory, FLOPs and bandwidth of each GPU",
+    "analytic": "memory from datasheets; step times from NVIDIA's measured vLLM kernel tables where the GPU has them "
+                "(perf/kernels.py: H100, H200, L40S, A100-80GB), else the datasheet roofline at bounded efficiencies",
     "measured": "measured throughput from the spec's `profiles` (KV and token rates as given there)",
 }
 

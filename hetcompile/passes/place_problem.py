@@ -32,6 +32,7 @@ from hetcompile.ir.problem import LayerProfile, Node, Problem, ShapeEstimate, Wo
 from hetcompile.passes.profile import workload_estimates
 from hetcompile.perf import analytic
 from hetcompile.perf.capacity import fluid_batch, fluid_rate
+from hetcompile.perf.stepmodel import step_seconds
 from hetcompile.placement.chain_model import chain_model
 from hetcompile.placement.evaluate import unit_profile
 from hetcompile.placement.problem import Link, ModelSpec, NodeGroup, PlacementProblem, StageProfile
@@ -81,7 +82,7 @@ def analytic_profile(ir: Problem, spec: ModelSpec, gpu: str, tp: int) -> StagePr
     for k, entries in enumerate(kv, start=1):
         b = min(float(ir.engine.max_num_seqs), entries / (k * s))
         n, S, A, seqs = fluid_batch(b, spec.input_tokens, spec.output_tokens)
-        X, _ = fluid_rate((k * cost.time(n, S, A) + spec.step_host_s(seqs),), 0.0, b)
+        X, _ = fluid_rate((step_seconds(k * cost.time(n, S, A), spec.step_host_s(seqs)),), 0.0, b)
         T.append((1.0 + ratio) * X)
     return StageProfile(tp=tp, max_layers=len(kv), throughput=tuple(T), kv_token_layers=tuple(kv), decode_time=(),
                         prefill_time=(), source="analytic", cost=cost, head_s=analytic.head_time(m.arch, m.dtype_bytes, g, tp))

@@ -126,9 +126,11 @@ def fitted_model(rm: ReplicaModel, coeff: dict[str, float], kv_tokens: int | Non
     # the fit's o + c n + k S is the whole step: no separate lm_head read
     stages = tuple(st.model_copy(update={"cost": cost, "kv_tokens": float(kv_tokens or st.kv_tokens), "head_s": 0.0})
                    for st in rm.stages)
-    # q (host work per sequence) is inside the fitted per-token c: a decode step has one token per sequence
+    # q (host work per sequence) is inside the fitted per-token c: a decode step has one token per sequence;
+    # the fit's o is a constant of the whole measured step, so it adds (host_overlap off), not overlaps
     return rm.model_copy(update={"stages": stages, "step_overhead_s": coeff["step_s"], "seq_overhead_s": 0.0,
-                                 "request_overhead_s": coeff.get("request_s", 0.0), "source": "fitted"})
+                                 "request_overhead_s": coeff.get("request_s", 0.0), "source": "fitted",
+                                 "host_overlap": False})
 
 
 def apply_measured(ir: Problem, model: str, est: ShapeEstimate, meas: MeasuredShape) -> ShapeEstimate:

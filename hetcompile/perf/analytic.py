@@ -12,24 +12,29 @@ Per node of GPU g with TP t (memory M, FLOP/s F, bandwidth B, interconnect X):
                                         reserve per GPU (activations, CUDA context/graphs)
     KV(k) = (U - k*W_L - extras) / (k * kappa)     tokens of KV a stage with k layers holds
     max_layers = largest k with KV(k) >= max_model_len (vLLM refuses to start otherwise)
-Stage times are the roofline of perf/stepmodel.py with these coefficients per layer on t GPUs
-(F FLOP/s, B_mem bytes/s, X interconnect bytes/s; eta_c, eta_m achievable fractions):
+Stage times use perf/stepmodel.py's per-layer form. Where NVIDIA's measured vLLM kernel tables
+cover the (model shape, GPU, TP), its coefficients are the tables' (perf/kernels.py, source
+`kernels`); elsewhere they are the roofline with these coefficients per layer on t GPUs (F FLOP/s,
+B_mem bytes/s, X interconnect bytes/s; eta_c, eta_m achievable fractions, held inside ETA_BOUNDS):
     w = b P_L / (t B_mem eta_m)      k = kappa / (t B_mem eta_m)
     f = 2 P_L / (t F eta_c)          a = 4 n_h d_h / (t F eta_c)     (causal attention pairs)
     c = 2 * 2 (t-1)/t * h b / X      c0 = 2 * all-reduce latency      (two ring all-reduces; t > 1)
 and a replica's capacity per workload is perf/capacity.py's (C = KV minimum / context, micro-batch
 C/d, the slowest stage or the round trip, TTFT over the prompt's chunks, TPOT = C / X).
-The efficiencies and reserve are round numbers from public vLLM measurements, not fits: this
-model ranks configurations; measured profiles (spec `profiles:`) override its absolute numbers.
+The roofline's efficiencies are fitted on published vLLM measurements of GPUs without kernel
+tables (bench/fidelity.py --fit), inside physical bounds; measured profiles (spec `profiles:`)
+override both sources.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from importlib import resources
 
 import yaml
 
+from hetcompile.perf import kernels
 from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
 from hetcompile.perf.stepmodel import Hop, LayerCost, ReplicaModel, StageModel
 
@@ -37,10 +42,22 @@ from hetcompile.perf.stepmodel import Hop, LayerCost, ReplicaModel, StageModel
 # on the training split of bench/data/fidelity.yaml, validated on the held-out split): host overheads
 # and the default efficiencies of a GPU without its own fitted values (the medians of the fitted GPUs').
 _CALIBRATION = yaml.safe_load(resources.files("hetcompile.perf").joinpath("data/calibration.yaml").read_text())
-ETA_COMPUTE = float(_CALIBRATION["eta_compute_default"])  # achievable fraction of tensor FLOP/s in prefill-heavy batches
-ETA_MEMORY = float(_CALIBRATION["eta_memory_default"])  # achievable fraction of memory bandwidth in decode
-SERIAL_FRACTION = 0.5  # mixed prefill+decode steps overlap compute and memory only partly (fitted
-                       # globally on the saturated-throughput rows of bench/data/fidelity.yaml)
+# The roofline's efficiencies for a GPU with neither kernel tables nor fitted values of its own: the
+# medians of the roofline GPUs that were fitted on published measurements (calibration.yaml, written by
+# bench/fidelity.py --fit: the GPUs a kernel-less GPU resembles), else of what the measured kernel
+# tables imply at TP1 on the GPUs that have them (perf/kernels.roofline_defaults, also the fit's prior).
+_KERNEL_DEFAULTS = kernels.roofline_defaults()
+ETA_COMPUTE = float(_CALIBRATION.get("eta_compute_default", _KERNEL_DEFAULTS["eta_compute"]))  # of dense tensor FLOP/s
+ETA_MEMORY = float(_CALIBRATION.get("eta_memory_default", _KERNEL_DEFAULTS["eta_memory"]))  # of memory bandwidth
+# s: a step's compute and memory traffic overlap only partly. The measured kernel tables demand it:
+# fitted to them (scripts/kernel_tables.py), s is 0.55-0.66 at TP1 on every GPU with tables (GEMMs of
+# a few hundred tokens are neither at the bandwidth nor at the FLOP roofline); the roofline takes
+# their median.
+SERIAL_FRACTION = _KERNEL_DEFAULTS["serial_fraction"]
+# Physical bounds on the roofline's efficiencies (fraction of dense peak FLOP/s, of memory
+# bandwidth): what tuned GEMM and decode-attention kernels reach on every GPU with measured tables.
+# bench/fidelity.py --fit holds fitted values inside them; tests/test_fidelity.py checks the catalog.
+ETA_BOUNDS = {"compute": (0.45, 0.80), "memory": (0.60, 0.92)}
 # GPUs with published vLLM measurements carry their own eta_memory / eta_compute in the catalog
 # (perf/data/gpus.yaml, with the measurement cited in `eta_source`); the defaults above stand in for
 # the others (bench/fidelity.py reports the leave-one-GPU-out error of doing so).
@@ -129,10 +146,37 @@ def balanced_partition(e: PerfEntry, layers: int, stages: int, max_model_len: in
 
 
 def efficiencies(gpu: GpuType, ideal: bool = False) -> tuple[float, float]:
-    """(eta_compute, eta_memory) of a GPU: its calibrated catalog values, else the defaults."""
+    """(eta_compute, eta_memory) of a GPU: its calibrated catalog values, else the defaults, capped so
+    that a GPU without measurements is never faster than a measured one that is at least as strong
+    (measured_ceiling): H100 is no slower than a weaker card's guess, and an A40 no faster than the
+    A6000 that was measured."""
     if ideal:
         return 0.5, 0.7  # the uncalibrated model's round numbers
-    return gpu.eta_compute or ETA_COMPUTE, gpu.eta_memory or ETA_MEMORY
+    if gpu.eta_compute is not None and gpu.eta_memory is not None:
+        return gpu.eta_compute, gpu.eta_memory
+    cap_c, cap_m = measured_ceiling(gpu.flops, gpu.mem_bw, gpu.memory)
+    return min(gpu.eta_compute or ETA_COMPUTE, cap_c), min(gpu.eta_memory or ETA_MEMORY, cap_m)
+
+
+@functools.cache
+def measured_ceiling(flops: float, mem_bw: float, memory: float) -> tuple[float, float]:
+    """The most (eta_compute, eta_memory) a GPU of these peaks may be given without measurements of its
+    own: over every catalog GPU that is measured (fitted efficiencies, or kernel tables) and has at
+    least these FLOP/s, bandwidth and memory, the smallest achieved FLOP/s and bandwidth, as fractions
+    of these peaks (1 where no such GPU exists). A guess never ranks above a measurement of stronger
+    hardware."""
+    from hetcompile.perf import catalog
+
+    cap_c = cap_m = 1.0
+    for name in catalog.gpu_names():
+        g = catalog.lookup_gpu(name)
+        if g is None or g.flops < flops or g.mem_bw < mem_bw or g.memory < memory:
+            continue
+        got = kernels.gpu_efficiencies(name) or (
+            (g.eta_compute, g.eta_memory) if g.eta_compute is not None and g.eta_memory is not None else None)
+        if got is not None:
+            cap_c, cap_m = min(cap_c, got[0] * g.flops / flops), min(cap_m, got[1] * g.mem_bw / mem_bw)
+    return cap_c, cap_m
 
 
 def allreduce_link(gpu: GpuType, ideal: bool = False) -> tuple[float, float]:
@@ -145,8 +189,17 @@ def allreduce_link(gpu: GpuType, ideal: bool = False) -> tuple[float, float]:
 def layer_cost(arch: ModelArch, b: int, gpu: GpuType, tp: int, ideal: bool = False) -> LayerCost:
     """The roofline coefficients of one decoder layer on `tp` GPUs of `gpu` (perf/stepmodel.py).
 
+    The measured kernel tables' fit where they cover the shape (perf/kernels.py), else the roofline.
     `ideal`: the uncalibrated roofline (default efficiencies, PCIe as fast as its datasheet), kept
     so bench/fidelity.py can measure what calibration buys."""
+    if not ideal and (hit := kernels.lookup(arch, b, gpu.name, tp)) is not None:
+        return hit[0]
+    return roofline_cost(arch, b, gpu, tp, ideal)
+
+
+def roofline_cost(arch: ModelArch, b: int, gpu: GpuType, tp: int, ideal: bool = False) -> LayerCost:
+    """The roofline coefficients (module docstring) whatever the kernel tables hold: the fallback,
+    and what bench/fidelity.py compares the tables with."""
     p = layer_params(arch)
     kappa = 2.0 * arch.kv_heads * arch.head_dim * b
     eta_c, eta_m = efficiencies(gpu, ideal)
@@ -162,7 +215,11 @@ def layer_cost(arch: ModelArch, b: int, gpu: GpuType, tp: int, ideal: bool = Fal
 
 
 def head_time(arch: ModelArch, b: int, gpu: GpuType, tp: int) -> float:
-    """Seconds to read the lm_head (V x h) once per step on the last stage: ~7% of an 8B model."""
+    """Seconds per step for the last stage's lm_head (V x h) and once-per-step work: the kernel
+    tables' fitted h where they cover the shape, else reading the lm_head at eta_m (~7% of an 8B
+    model's step)."""
+    if (hit := kernels.lookup(arch, b, gpu.name, tp)) is not None:
+        return hit[1]
     return b * arch.vocab * arch.hidden / (tp * gpu.mem_bw * efficiencies(gpu)[1])
 
 

@@ -22,7 +22,11 @@ Notation:
     theta* = argmin sum_j w_j rho(e_j(theta)) + lam ||theta - theta_0||^2   (Levenberg-Marquardt on
             the residuals sqrt(rho), forward-difference Jacobian; lam a small ridge toward the prior
             theta_0, which keeps a GPU with few rows near the defaults instead of at a bound)
-    bounds: eta in [0.2, 1], o in [0.1, 20] ms, q in [1, 500] us, r in [0.1, 100] ms (clipped).
+    bounds: eta_m in [0.60, 0.92], eta_c in [0.45, 0.80] (perf/analytic.ETA_BOUNDS: what measured
+            kernels reach; a fit that wants more or less is absorbing something else), o in
+            [0.1, 20] ms, q in [1, 500] us, r in [0.1, 100] ms (clipped).
+    Only GPUs the roofline predicts carry eta: GPUs with measured kernel tables (perf/kernels.py)
+    have no fitted GPU term at all.
 
 The split is deterministic: within each GPU, rows sorted by sha1(id); the first
 round(TRAIN_SHARE * n) train, the rest are held out (a GPU with one row trains on it).
@@ -38,14 +42,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hetcompile.perf import analytic
+
 TRAIN_SHARE = 0.7
 TTFT_WEIGHT = 0.5  # TTFT depends on the frontend and queueing the step model sees least; it must not
                    # pull the decode efficiencies away from the throughput/TPOT rows
 RIDGE = 0.05
 SOFT_L1 = 0.25
 FD_STEP = 0.02  # in log space (2%): the simulator's discrete steps make smaller differences noisy
-PRIOR_ETA = (0.8, 0.5)  # (eta_memory, eta_compute) the fit starts from and is pulled toward
-BOUNDS = {"eta": (0.2, 1.0), "o": (1e-4, 20e-3), "q": (1e-6, 500e-6), "r": (1e-4, 100e-3)}
+# (eta_memory, eta_compute) the fit starts from and is pulled toward: what the measured kernel tables
+# imply on the GPUs that have them (perf/kernels.roofline_defaults)
+PRIOR_ETA = (analytic.kernels.roofline_defaults()["eta_memory"], analytic.kernels.roofline_defaults()["eta_compute"])
+BOUNDS = {"eta_m": analytic.ETA_BOUNDS["memory"], "eta_c": analytic.ETA_BOUNDS["compute"],
+          "o": (1e-4, 20e-3), "q": (1e-6, 500e-6), "r": (1e-4, 100e-3)}
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,7 @@ def _pack(p: Params, gpus: list[str]) -> np.ndarray:
 
 
 def _unpack(x: np.ndarray, gpus: list[str]) -> Params:
-    lo, hi = BOUNDS["eta"]
-    eta = {g: (float(np.clip(math.exp(x[2 * i]), lo, hi)), float(np.clip(math.exp(x[2 * i + 1]), lo, hi)))
+    eta = {g: (float(np.clip(math.exp(x[2 * i]), *BOUNDS["eta_m"])), float(np.clip(math.exp(x[2 * i + 1]), *BOUNDS["eta_c"])))
            for i, g in enumerate(gpus)}
     o, q, r, o0, q0, r0, ri = (float(np.clip(math.exp(x[-7 + i]), *BOUNDS[k])) for i, k in enumerate("oqroqrr"))
     return Params(eta=eta, step_overhead_s=o, seq_overhead_s=q, request_overhead_s=r,
@@ -109,20 +117,22 @@ def _vector(res: Residuals, p: Params) -> np.ndarray:
 
 
 def fit(res: Residuals, gpus: list[str], prior: Params, iterations: int = 12, ridge: float = RIDGE,
-        log: Callable[[str], None] | None = None) -> Params:
-    """theta* of the module docstring: Levenberg-Marquardt on the log residuals, from `prior`."""
+        log: Callable[[str], None] | None = None, hold_host: bool = False) -> Params:
+    """theta* of the module docstring: Levenberg-Marquardt on the log residuals, from `prior`.
+    `hold_host`: only the GPUs' efficiencies move; the overheads stay at the prior's."""
     x0 = _pack(prior, gpus)
     x = x0.copy()
     mu = 1e-2
     ridge = math.sqrt(ridge)
+    free = np.arange(2 * len(gpus) if hold_host else x.size)
 
     def full(z: np.ndarray) -> np.ndarray:
         return np.concatenate([_vector(res, _unpack(z, gpus)), ridge * (z - x0)])
 
     e = full(x)
     for it in range(iterations):
-        J = np.empty((e.size, x.size))
-        for i in range(x.size):
+        J = np.zeros((e.size, x.size))
+        for i in free:
             z = x.copy()
             z[i] += FD_STEP
             J[:, i] = (full(z) - e) / FD_STEP

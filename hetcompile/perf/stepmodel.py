@@ -16,15 +16,21 @@ Per decoder layer on one stage of TP degree t (seconds; `LayerCost`):
     layer(n, S, A) = max(compute, memory) + s * min(compute, memory) + c * n + c0
                      c: TP all-reduce bytes per token, c0: all-reduce launches per step,
                      s: the share of the smaller term that mixed batches do not overlap (0: roofline)
-A stage of L_i layers takes t_i = L_i * layer(...) per step; the replica adds o + q m (o: scheduler
-and sampling once per engine step; q: host CPU work per sequence in the step, m sequences: building
-its input, sampling, detokenizing and streaming its token) and hops between stages (latency +
-bytes / bandwidth).
+A stage of L_i layers takes G_i = L_i * layer(...) (+ the lm_head on the last stage) of GPU time per
+step. The engine's host work per step, H = o + q m (o: scheduler and sampling once per engine step;
+q: host CPU work per sequence in the step, m sequences: building its input, sampling, detokenizing
+and streaming its token), overlaps the GPU: vLLM V1's async scheduling (on by default since 0.12,
+pipeline parallelism included) prepares step N+1 and processes step N's outputs while step N runs,
+so a stage's step takes
+    t_i = max(G_i, H)                    (step_seconds: the longer of the two, never their sum)
+and the chain adds hops between stages (latency + bytes / bandwidth).
 
-The analytic model (perf/analytic.py) fills these coefficients from datasheet numbers exactly
-(it *is* this roofline); seed 004's fitted latency model (eq. 3-4: linear in batch size and
-length) is the memory-bound special case f = a = 0, which `hetcompile profile` fits by least
-squares when the measurements cannot separate the two regimes.
+Two sources fill the coefficients (perf/analytic.layer_cost, `LayerCost.source`): `kernels`, a fit
+of this form to NVIDIA's measured vLLM kernel tables per (model, GPU, TP) (perf/kernels.py), and
+`roofline`, datasheet numbers at bounded efficiencies for the GPUs without tables. Seed 004's
+fitted latency model (eq. 3-4: linear in batch size and length) is the memory-bound special case
+f = a = 0, which `hetcompile profile` fits by least squares when the measurements cannot separate
+the two regimes.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class LayerCost(Frozen):
     comm_s_per_token: Annotated[float, Field(ge=0, description="c: TP all-reduce transfer per token")] = 0.0
     comm_s: Annotated[float, Field(ge=0, description="c0: TP all-reduce launches per step")] = 0.0
     serial_fraction: Annotated[float, Field(ge=0, le=1, description="s: part of the smaller of compute and memory that does not overlap the larger")] = 0.0
+    source: Annotated[Literal["roofline", "kernels"], Field(description="what filled the coefficients: measured kernel tables (perf/kernels.py) or the datasheet roofline")] = "roofline"
 
     def terms(self) -> tuple[float, ...]:
         """(f, a, w, k, s, c, c0): the coefficients `layer_seconds` reads."""
@@ -56,6 +63,17 @@ class LayerCost(Frozen):
 
     def time(self, tokens: float, kv_tokens: float, pairs: float) -> float:
         return layer_seconds(self.terms(), tokens, kv_tokens, pairs)
+
+
+def step_seconds(gpu_s: float, host_s: float, overlap: bool = True, depth: int = 1) -> float:
+    """t_i = max(G_i, H): a stage's engine step, its GPU time overlapped with the step's host work
+    (module docstring). The one place GPU and host time combine: placement's fast mode, the
+    capacity formula and the simulator all step through here. `overlap=False` is an engine without
+    async scheduling (vLLM's V0, and V1 before it was on by default): the host work runs before the
+    GPU's, t_i = G_i + H / d (split over the d stages of a pipeline). Plans always overlap."""
+    if not overlap:
+        return gpu_s + host_s / depth
+    return gpu_s if gpu_s >= host_s else host_s
 
 
 def layer_seconds(terms: tuple[float, ...], tokens: float, kv_tokens: float, pairs: float) -> float:
@@ -99,6 +117,7 @@ class ReplicaModel(Frozen):
     request_overhead_s: Annotated[float, Field(ge=0, description="per request, once before its first token: HTTP, tokenization, scheduling")] = 0.0
     max_num_seqs: Annotated[int, Field(description="vLLM --max-num-seqs")]
     chunk_tokens: Annotated[int, Field(description="prompt tokens per engine step (chunked-prefill budget)")]
+    host_overlap: Annotated[bool, Field(description="host work overlaps the GPU (vLLM's async scheduling, the default of the vLLM plans deploy); false only to replay older engines' measurements")] = True
     source: Literal["analytic", "fitted"] = "analytic"
 
     @property
@@ -120,13 +139,27 @@ class ReplicaModel(Frozen):
 
     def stage_times(self, tokens: float, kv_tokens: float, pairs: float, seqs: float = 0.0,
                     terms: tuple | None = None) -> list[float]:
-        """t_i = L_i layer(n, S, A) + head_i + (o + q seqs) / d for one batch of `seqs` sequences
-        (the engine step's overhead is split over the stages, as it pipelines). `terms`: this
-        model's stage_terms(), when the caller kept them."""
-        o = (self.step_overhead_s + self.seq_overhead_s * seqs) / self.depth
+        """t_i = max(L_i layer(n, S, A) + head_i, o + q seqs) for one batch of `seqs` sequences
+        (step_seconds: the host work overlaps each stage's GPU time; a chain whose stages are all
+        faster than the host waits for the host at every stage). `terms`: this model's
+        stage_terms(), when the caller kept them."""
+        host = self.host_seconds(seqs)
         kinds, stages = terms or self.stage_terms()
         layer = [layer_seconds(t, tokens, kv_tokens, pairs) for t in kinds]
-        return [L * layer[i] + h + o for L, i, h in stages]
+        overlap, d = self.host_overlap, self.depth
+        return [step_seconds(L * layer[i] + h, host, overlap, d) for L, i, h in stages]
+
+    def host_seconds(self, seqs: float) -> float:
+        """H = o + q m: the engine's host work for one step of m sequences."""
+        return self.step_overhead_s + self.seq_overhead_s * seqs
+
+    @property
+    def step_source(self) -> str:
+        """Where the stages' GPU times come from: fitted (a measured profile of this deployment),
+        kernels, roofline, or kernels+roofline for a chain that mixes GPUs with and without tables."""
+        if self.source == "fitted":
+            return "fitted"
+        return "+".join(sorted({s.cost.source for s in self.stages}))
 
     def hop_time(self, tokens: float) -> float:
         """Seconds for a batch of `tokens` to cross every hop of the chain once."""

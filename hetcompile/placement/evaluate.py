@@ -35,6 +35,7 @@ import networkx as nx
 import numpy as np
 
 from hetcompile.perf.capacity import fluid_batch, fluid_capacity
+from hetcompile.perf.stepmodel import step_seconds
 from hetcompile.placement.chain_model import chain_model, stage_model
 from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
@@ -172,10 +173,11 @@ def unit_concurrency(p: PlacementProblem, u: StageUnit) -> float:
 
 def step_time(p: PlacementProblem, u: StageUnit, batch: float, depth: int, last: bool = False) -> float:
     """t_i(b): one fluid engine step of `batch` sequences through the unit's layers, with its share of
-    the step's host work (perf/capacity.fluid_batch on the unit's StageModel)."""
+    the step's host work overlapped (perf/capacity.fluid_batch on the unit's StageModel,
+    perf/stepmodel.step_seconds). `depth` is kept for callers; the host work does not split."""
     m = p.model
     n, S, A, seqs = fluid_batch(batch, m.input_tokens, m.output_tokens)
-    return stage_model(p, u, last).time(n, S, A) + m.step_host_s(seqs) / max(depth, 1)
+    return step_seconds(stage_model(p, u, last).time(n, S, A), m.step_host_s(seqs))
 
 
 def hop_time(p: PlacementProblem, a: str, b: str, batch: float, tokens_only: bool = False) -> float:

@@ -41,12 +41,13 @@ class ModelSpec:
     kv_bytes_per_token_layer: float = 0.0  # informative: K+V bytes of one token in one layer
     max_concurrency: int | None = None  # vLLM --max-num-seqs per engine; None: KV-limited only
     prefill_chunk_tokens: int = 2048  # prefill cost per token is taken at this chunk size
-    step_overhead_s: float = 0.0  # per engine step (scheduler + sampling), split over the stages
-    seq_overhead_s: float = 0.0  # per sequence per engine step (host CPU), split over the stages
+    step_overhead_s: float = 0.0  # per engine step (scheduler + sampling), overlapping the GPU
+    seq_overhead_s: float = 0.0  # per sequence per engine step (host CPU), overlapping the GPU
     request_overhead_s: float = 0.0  # per request before its first token (HTTP, tokenization): TTFT only
 
     def step_host_s(self, batch: float) -> float:
-        """Host work of one engine step of `batch` sequences: o + q b (split over a chain's stages)."""
+        """Host work of one engine step of `batch` sequences: H = o + q b, which overlaps each stage's
+        GPU time (perf/stepmodel.step_seconds)."""
         return self.step_overhead_s + self.seq_overhead_s * batch
 
     def __post_init__(self) -> None:

@@ -23,6 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from hetcompile.perf.capacity import fluid_batch, fluid_rate
+from hetcompile.perf.stepmodel import step_seconds
 from hetcompile.placement.chain_model import layer_cost
 from hetcompile.placement.problem import PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
@@ -148,7 +149,7 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
             i = int(np.argmax(np.where(ks > 1, ks * tau, -1.0)))
             ks[i] -= 1
             surplus -= 1
-        times = ks * tau + m.step_host_s(seqs) / d
+        times = [step_seconds(float(t), m.step_host_s(seqs)) for t in ks * tau]
         hops = lat + b * act
         X, _ = fluid_rate(tuple(float(t) for t in times), hops, c)
         cap = X * (1.0 + ratio)

@@ -335,6 +335,7 @@ class PlanReplica(Frozen):
     prefill_tokens_per_s: float
     decode_tokens_per_s: float
     estimate_source: Literal["analytic", "measured"]
+    step_source: Annotated[str | None, Field(description="where the step model's GPU times come from: kernels (measured kernel tables), roofline, kernels+roofline (a chain of both), fitted (a measured profile)")] = None
     workloads: Annotated[dict[str, ReplicaWorkload], Field(description="capacity per workload this replica can serve")]
     price_per_hour: Annotated[float, Field(description="$/h of its nodes")]
     step_model: Annotated[ReplicaModel | None, Field(description="step times its capacity comes from (perf/stepmodel.py); the simulator replays them")] = None

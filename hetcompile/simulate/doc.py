@@ -55,7 +55,7 @@ class SimulationDoc(Frozen):
     format: Annotated[Literal["hetcompile-simulation/1"], Field(description="document format and version")] = SIMULATION_FORMAT
     plan: Annotated[str, Field(description="the plan's name")]
     spec_hash: Annotated[str, Field(description="spec_hash of the plan it replays")]
-    arrivals: Annotated[str, Field(description="'poisson' or the trace file's name")]
+    arrivals: Annotated[str, Field(description="'poisson', 'poisson stages LOAD:DURATION,...' (--stages) or the trace file's name")]
     load: Annotated[float, Field(description="multiple of the plan's served rates offered (poisson)")]
     seed: int
     policy: Annotated[Literal["weighted"], Field(description="router policy replayed (smooth weighted round robin)")]
@@ -63,4 +63,4 @@ class SimulationDoc(Frozen):
     warmup_s: Annotated[float, Field(description="arrivals before this are not measured")]
     workloads: tuple[WorkloadResult, ...]
     replicas: tuple[ReplicaResult, ...]
-    unfinished: Annotated[int, Field(description="requests still queued or running when the drain limit was reached")]
+    unfinished: Annotated[int, Field(description="requests that arrived by duration_s and were still queued or running when the drain limit was reached (later arrivals only keep the load on)")]

@@ -35,6 +35,11 @@ What a replica does, as vLLM's V1 scheduler does it (and as perf/capacity.py ass
   after a cap that counts prompts too (#50410) cost 8%; here such a cap displaced a decode into the
   next cycle whenever a prompt joined a batch.
 
+Prefix caching (on by default in V1): a request's `cached` prompt tokens, a prefix that vLLM's
+prefix cache already holds (a shared system prompt), are never prefilled, also not when the
+sequence is preempted and recomputed; they are still read by attention, and their KV is counted per
+sequence (vLLM shares those blocks, so this over-counts KV use: a conservative bound).
+
 Everything is deterministic: no randomness here, ties broken by event sequence numbers.
 """
 
@@ -64,6 +69,7 @@ class Request:
     first_token: float | None = None
     finish: float | None = None
     preemptions: int = 0
+    cached: int = 0  # prompt tokens served by vLLM's prefix cache (a shared system prompt): never prefilled
 
 
 @dataclass(slots=True)
@@ -124,7 +130,7 @@ class ReplicaSim:
             if not r.in_flight and r.id != keep:
                 self.running.remove(r)
                 self.kv_used -= r.kv
-                r.kv, r.prefilled = 0, 0
+                r.kv, r.prefilled = 0, r.cached  # the shared prefix stays cached (other sequences hold it)
                 r.prefill_target = r.input_tokens + r.generated
                 r.preemptions += 1
                 self.preemptions += 1
@@ -309,6 +315,7 @@ class Driver:
         rep = self.replicas[replica]
         req.replica = replica
         req.prefill_target = req.input_tokens
+        req.prefilled = min(req.cached, req.input_tokens - 1)  # a prefix-cache hit; vLLM recomputes >= 1 token
         rep.waiting.append(req)
         self._kick(rep)
 

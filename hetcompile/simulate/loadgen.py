@@ -44,6 +44,9 @@ class LoadResult:
     tpot_s: float  # median
     duration_s: float
     completed: int
+    ttft_mean_s: float = 0.0  # mean over requests
+    itl_mean_s: float = 0.0  # mean over every inter-token gap of every request (vllm bench serve's mean ITL)
+    e2e_mean_s: float = 0.0  # mean arrival-to-last-token latency
 
 
 def lengths(n: int, input_tokens: float, output_tokens: float, spread: float, seed: int = 0) -> list[tuple[int, int]]:
@@ -67,6 +70,21 @@ def poisson_times(n: int, rate: float, seed: int = 0) -> list[float]:
     return [float(t) for t in times]
 
 
+def staged_times(stages: list[tuple[float, float]], seed: int = 0, poisson: bool = True) -> list[float]:
+    """Arrival times of a load in stages [(rate req/s, seconds), ...], one after the other (a
+    benchmark that runs 8 req/s for 600 s, then 20 req/s for 600 s): each stage round(rate x
+    seconds) arrivals over its span, Poisson (poisson_times, rescaled to the stage's rate) or evenly
+    spaced (a constant-rate client). Each stage draws its own seeded stream."""
+    out: list[float] = []
+    start = 0.0
+    for k, (rate, seconds) in enumerate(stages):
+        n = max(1, round(rate * seconds))
+        ts = poisson_times(n, rate, seed + k) if poisson else [i / rate for i in range(n)]
+        out += [start + t for t in ts]
+        start += seconds
+    return out
+
+
 def _result(reqs: list[Request], end: float) -> LoadResult:
     done = [r for r in reqs if r.finish is not None]
     if not done:
@@ -77,7 +95,11 @@ def _result(reqs: list[Request], end: float) -> LoadResult:
     ttft = statistics.median(r.first_token - r.arrival for r in done)
     gaps = [(r.finish - r.first_token) / (r.output_tokens - 1) for r in done if r.output_tokens > 1]
     tpot = statistics.median(gaps) if gaps else 0.0
-    return LoadResult(tokens / max(last - start, 1e-9), ttft, tpot, last - start, len(done))
+    streams = [r for r in done if r.output_tokens > 1]
+    itl = (sum(r.finish - r.first_token for r in streams) / sum(r.output_tokens - 1 for r in streams)) if streams else 0.0
+    return LoadResult(tokens / max(last - start, 1e-9), ttft, tpot, last - start, len(done),
+                      ttft_mean_s=statistics.fmean(r.first_token - r.arrival for r in done), itl_mean_s=itl,
+                      e2e_mean_s=statistics.fmean(r.finish - r.arrival for r in done))
 
 
 def _run(model: ReplicaModel, schedule, n: int, on_done=None, prefill_first: bool = False) -> tuple[Driver, list[Request]]:
@@ -116,10 +138,11 @@ def closed_loop(model: ReplicaModel, c: int, pairs: list[tuple[int, int]], prefi
 
 
 def open_loop(model: ReplicaModel, rate: float, pairs: list[tuple[int, int]], seed: int = 0,
-              prefill_first: bool = False) -> LoadResult:
-    """len(pairs) requests with Poisson arrivals at `rate` req/s (the first at t = 0)."""
-    times = poisson_times(len(pairs), rate, seed)
-    reqs = [Request(i, "w", float(t), inp, out) for i, (t, (inp, out)) in enumerate(zip(times, pairs))]
+              prefill_first: bool = False, times: list[float] | None = None, cached: int = 0) -> LoadResult:
+    """len(pairs) requests with Poisson arrivals at `rate` req/s (the first at t = 0), or at `times`
+    (e.g. staged_times); `cached`: prompt tokens each request finds in the prefix cache."""
+    times = poisson_times(len(pairs), rate, seed) if times is None else times
+    reqs = [Request(i, "w", float(t), inp, out, cached=cached) for i, (t, (inp, out)) in enumerate(zip(times, pairs))]
 
     def schedule(drv: Driver, _reqs: list[Request]) -> None:
         for r in reqs:

@@ -1,6 +1,7 @@
 """Replay arrivals through a plan: routing by the plan's weights, each replica an engine model.
 
-Arrivals are either Poisson per workload at `load` x the plan's served rate (theta * lambda_w),
+Arrivals are either Poisson per workload at `load` x the plan's served rate (theta * lambda_w)
+(or in stages of such loads one after the other, `staged_arrivals`),
 with every request of a workload at its mean prompt and output lengths, or a JSONL trace, one
 request a line: {"t": seconds, "workload": name, "input_tokens": n, "output_tokens": n} (the
 lengths default to the workload's means). A request goes to a replica by the router's `weighted`
@@ -79,6 +80,22 @@ def steady_arrivals(plan: PlanDoc, duration: float, seed: int, load: float = 1.0
     the same arrivals up to `duration`, then more of the same stream, which replay simulates only
     until the requests up to `duration` have finished."""
     return poisson_arrivals(plan, duration * (1.0 + LOAD_PAST), seed, load)
+
+
+def staged_arrivals(plan: PlanDoc, stages: list[tuple[float, float]], seed: int) -> list[Arrival]:
+    """A load that changes over time: stages [(load, seconds), ...] one after the other, each
+    Poisson at load x the plan's served rates (poisson_arrivals, its own seeded stream per stage);
+    the last stage goes on past the end (steady_arrivals) so the last requests finish under it."""
+    out: list[Arrival] = []
+    start = 0.0
+    for k, (load, seconds) in enumerate(stages):
+        last = k == len(stages) - 1
+        span = seconds * (1.0 + LOAD_PAST) if last else seconds
+        out += [Arrival(a.t + start, a.workload, a.input_tokens, a.output_tokens)
+                for a in poisson_arrivals(plan, span, seed + 1000 * k, load)]
+        start += seconds
+    out.sort(key=lambda a: (a.t, a.workload))
+    return out
 
 
 def trace_arrivals(plan: PlanDoc, path: Path) -> list[Arrival]:
@@ -243,7 +260,8 @@ def summarize(plan: PlanDoc, requests: list[Request], sims: list[ReplicaSim], du
     return SimulationDoc(
         plan=plan.plan, spec_hash=plan.spec_hash, arrivals=arrivals_name, load=load, seed=seed, policy="weighted",
         duration_s=duration, warmup_s=warmup, workloads=tuple(results), replicas=tuple(reps),
-        unfinished=sum(1 for r in requests if r.finish is None),
+        # requests that arrived after the window only keep the load on; the run stops without them
+        unfinished=sum(1 for r in requests if r.finish is None and r.arrival <= duration),
     )
 
 
