@@ -445,6 +445,7 @@ def test_cli_stages(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert doc["duration_s"] == 40.0 and doc["load"] == 1.0 and doc["arrivals"].startswith("poisson stages")
+    assert "in stages" in res.output and "0.5:20s,1.0:20s" in res.output
     bad = CliRunner().invoke(app, ["simulate", str(TINY), "--stages", "fast:20s"])
     assert bad.exit_code != 0 and "--stages" in bad.output
 

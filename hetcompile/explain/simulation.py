@@ -36,8 +36,12 @@ def simulation_section(sim: SimulationDoc) -> Section:
         ))
     headers = ("workload", "plan/s", "offer/s", "served/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "SLO met")
     table = Table(headers, tuple(tuple(str(c) for c in r) for r in rows))
-    intro = (f"{sim.arrivals} arrivals at {num(sim.load)}x the planned rates for {num(sim.duration_s)} s "
-             f"(first {num(sim.warmup_s)} s not measured), seed {sim.seed}, router policy {sim.policy}; "
+    if sim.arrivals.startswith("poisson stages "):  # --stages: the load changes over the run
+        offered = (f"poisson arrivals in stages (load x the planned rates : duration) "
+                   f"{sim.arrivals.removeprefix('poisson stages ')}, {num(sim.duration_s)} s in all")
+    else:
+        offered = f"{sim.arrivals} arrivals at {num(sim.load)}x the planned rates for {num(sim.duration_s)} s"
+    intro = (f"{offered} (first {num(sim.warmup_s)} s not measured), seed {sim.seed}, router policy {sim.policy}; "
              "rates in requests/s, TTFT and TPOT in ms")
     reps = ", ".join(f"{r.id} {pct(r.utilization)} busy" + (f" ({r.preemptions} preemptions)" if r.preemptions else "")
                      for r in sim.replicas)
