@@ -358,8 +358,9 @@ def test_cli_warns_when_the_run_is_too_short_for_its_p99(tmp_path: Path) -> None
     assert "tail: a p99 needs >= 1000 completed requests per workload" in short.output
     assert "warning: p99 of workload 'long' comes from" in short.output  # 'short' arrives fast enough
     need = re.search(r"warning: run --duration (\d+)s or longer for a p99 to trust", short.output)
-    assert need is not None and 3 < int(need.group(1)) < 20, short.output  # the rule's duration (plan-dependent)
-    long = runner.invoke(app, ["simulate", str(out), "--duration", "20s", "--load", half])
+    assert need is not None and 3 < int(need.group(1)) < 60, short.output  # the rule's duration (plan-dependent)
+    enough = f"{int(need.group(1)) + 5}s"
+    long = runner.invoke(app, ["simulate", str(out), "--duration", enough, "--load", half])
     assert long.exit_code == 0 and f"--duration >= {need.group(1)}s" in long.output and "warning:" not in long.output
     # at the planned load (the 85% headroom) the queues settle: a 20 s run shows a steady p99
     planned = runner.invoke(app, ["simulate", str(out), "--duration", "20s"])
