@@ -257,8 +257,8 @@ def _load(row: dict, fast: bool = False) -> tuple[int, int]:
     return min(n, MAX_REQUESTS), c
 
 
-def simulate(row: dict, rm: ReplicaModel, fast: bool = False) -> dict[str, float]:
-    """The simulator's throughput / TPOT / TTFT for the row at the row's load (module docstring)."""
+def replay(row: dict, rm: ReplicaModel, fast: bool = False) -> loadgen.LoadResult:
+    """The row's load replayed in the simulator (module docstring): everything the run measured."""
     n, c = _load(row, fast)
     spread = row.get("spread", 0.0 if str(row.get("dataset", "")).startswith("random") else SPREAD)
     pairs = loadgen.lengths(n, float(row["input"]), float(row["output"]), spread, seed=0)
@@ -272,6 +272,12 @@ def simulate(row: dict, rm: ReplicaModel, fast: bool = False) -> dict[str, float
         res = loadgen.open_loop(rm, float(row["rate"]), pairs, seed=0, prefill_first=v0)
     else:
         res = loadgen.burst(rm, pairs, prefill_first=v0)
+    return res
+
+
+def simulate(row: dict, rm: ReplicaModel, fast: bool = False) -> dict[str, float]:
+    """The simulator's throughput / TPOT / TTFT for the row at the row's load, in the row's statistic."""
+    res = replay(row, rm, fast)
     if row.get("stat") == "mean":  # the source reports means over requests (BLIS: mean ITL, mean TTFT)
         return {"throughput": res.throughput, "tpot_ms": res.itl_mean_s * 1e3, "ttft_ms": res.ttft_mean_s * 1e3}
     return {"throughput": res.throughput, "tpot_ms": res.tpot_s * 1e3, "ttft_ms": res.ttft_s * 1e3}

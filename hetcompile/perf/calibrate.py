@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hetcompile.perf import analytic
+from hetcompile.perf import analytic, kernels
 
 TRAIN_SHARE = 0.7
 TTFT_WEIGHT = 0.5  # TTFT depends on the frontend and queueing the step model sees least; it must not
@@ -52,7 +52,7 @@ SOFT_L1 = 0.25
 FD_STEP = 0.02  # in log space (2%): the simulator's discrete steps make smaller differences noisy
 # (eta_memory, eta_compute) the fit starts from and is pulled toward: what the measured kernel tables
 # imply on the GPUs that have them (perf/kernels.roofline_defaults)
-PRIOR_ETA = (analytic.kernels.roofline_defaults()["eta_memory"], analytic.kernels.roofline_defaults()["eta_compute"])
+PRIOR_ETA = (kernels.roofline_defaults()["eta_memory"], kernels.roofline_defaults()["eta_compute"])
 BOUNDS = {"eta_m": analytic.ETA_BOUNDS["memory"], "eta_c": analytic.ETA_BOUNDS["compute"],
           "o": (1e-4, 20e-3), "q": (1e-6, 500e-6), "r": (1e-4, 100e-3)}
 

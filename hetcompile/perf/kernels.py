@@ -11,7 +11,8 @@ perf/stepmodel.py's per-layer form to it:
 so every consumer (placement's search, perf/capacity.py, perf/tail.py, the simulator) reads the
 kernel-based step times through the same coefficients as the roofline's. An entry applies to any
 model with the same shapes (layers, hidden, intermediate, heads, KV heads, head dim, vocab) in 16-bit
-weights; `fit` records its error against the tables (median 2-4%, p90 5-12% over the grid).
+weights; `fit` records its error against the tables over its 72-107 grid steps (the entries'
+medians: 2.8% typical, 1.9-4.9% for the middle 80%; their p90s 5.6-12.6%).
 
 Which GPUs have tables, and at which vLLM version, is `systems` in the data file (H100, H200 and
 L40S at vLLM 0.24; A100-80GB at vLLM 0.14). Every other GPU, and shapes the tables lack, use the

@@ -171,10 +171,9 @@ def unit_concurrency(p: PlacementProblem, u: StageUnit) -> float:
     return min(kv, float(mc)) if mc is not None else kv
 
 
-def step_time(p: PlacementProblem, u: StageUnit, batch: float, depth: int, last: bool = False) -> float:
-    """t_i(b): one fluid engine step of `batch` sequences through the unit's layers, with its share of
-    the step's host work overlapped (perf/capacity.fluid_batch on the unit's StageModel,
-    perf/stepmodel.step_seconds). `depth` is kept for callers; the host work does not split."""
+def step_time(p: PlacementProblem, u: StageUnit, batch: float, last: bool = False) -> float:
+    """t_i(b): one fluid engine step of `batch` sequences through the unit's layers, the step's host
+    work overlapped (perf/capacity.fluid_batch on the unit's StageModel, perf/stepmodel.step_seconds)."""
     m = p.model
     n, S, A, seqs = fluid_batch(batch, m.input_tokens, m.output_tokens)
     return step_seconds(stage_model(p, u, last).time(n, S, A), m.step_host_s(seqs))
@@ -262,12 +261,10 @@ def shared_capacity(p: PlacementProblem, units: Sequence[StageUnit], paths: list
     Cp = [min(f / through[x] * conc[x] for x in pu) for pu, f in paths]
     bp = [c / len(pu) for c, (pu, _) in zip(Cp, paths)]
     B = {x: 0.0 for x in through}
-    dmax = {x: 1 for x in through}
     for b, (pu, _) in zip(bp, paths):
         for x in pu:
             B[x] += b
-            dmax[x] = max(dmax[x], len(pu))
-    t = {x: step_time(p, by_id[x], B[x], dmax[x]) for x in through}
+    t = {x: step_time(p, by_id[x], B[x]) for x in through}
     nodes = sorted(through)
     A, rhs = [], []
     for x in nodes:

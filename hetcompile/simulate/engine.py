@@ -71,6 +71,10 @@ class Request:
     preemptions: int = 0
     cached: int = 0  # prompt tokens served by vLLM's prefix cache (a shared system prompt): never prefilled
 
+    def cache_hit(self) -> int:
+        """Prompt tokens the prefix cache serves: `cached`, less the one token vLLM always computes."""
+        return min(self.cached, self.input_tokens - 1)
+
 
 @dataclass(slots=True)
 class _Batch:
@@ -130,7 +134,7 @@ class ReplicaSim:
             if not r.in_flight and r.id != keep:
                 self.running.remove(r)
                 self.kv_used -= r.kv
-                r.kv, r.prefilled = 0, r.cached  # the shared prefix stays cached (other sequences hold it)
+                r.kv, r.prefilled = 0, r.cache_hit()  # the shared prefix stays cached (other sequences hold it)
                 r.prefill_target = r.input_tokens + r.generated
                 r.preemptions += 1
                 self.preemptions += 1
@@ -315,7 +319,7 @@ class Driver:
         rep = self.replicas[replica]
         req.replica = replica
         req.prefill_target = req.input_tokens
-        req.prefilled = min(req.cached, req.input_tokens - 1)  # a prefix-cache hit; vLLM recomputes >= 1 token
+        req.prefilled = req.cache_hit()
         rep.waiting.append(req)
         self._kick(rep)
 
