@@ -1,12 +1,12 @@
 """Bench: `hetcompile build` wall time per example, here and in another checkout, interleaved.
 
-    python bench/build_time.py [--base /work/main] [--repeat 3] [--examples quickstart,llama70b-pp]
+    python bench/build_time.py [--base /tmp/ref] [--repeat 3] [--examples quickstart,llama70b-pp]
 
-Issue 20 added bounded compose re-solves (what it would take, the budget sweep, runners-up) and
-the SVG charts; this measures what they cost. Each example is built `--repeat` times with this
-checkout and with `--base` (PYTHONPATH pointing at it, same interpreter), alternating, and the
-minimum of each is printed with the difference and, from timings.json, compose's own time (the
-machine is shared and noisy: compare in one session, read the minimum).
+Each example is built `--repeat` times with this checkout and with `--base` (PYTHONPATH pointing at
+it, same interpreter), alternating, plus once here with `--no-verify`; the minimum of each is
+printed (the machine is shared and noisy: compare in one session, read the minimum and the ratio).
+From this checkout's timings.json and plan.json: the verify pass's share of the build (pass 7: the
+simulations and the replans it asks for) and how many plans it simulated.
 """
 
 from __future__ import annotations
@@ -23,35 +23,49 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def build(root: Path, spec: Path, out: Path) -> tuple[float, float]:
+def build(root: Path, spec: Path, out: Path, *flags: str) -> float:
     env = {**os.environ, "PYTHONPATH": str(root)}
     t = time.perf_counter()
     # cwd = the checkout: `python -m` puts the cwd first on sys.path, ahead of PYTHONPATH and of an
     # editable install's finder, so this is the code that runs
-    subprocess.run([sys.executable, "-m", "hetcompile.cli", "build", str(spec), "-q", "-o", str(out)], env=env,
+    subprocess.run([sys.executable, "-m", "hetcompile.cli", "build", str(spec), "-q", "-o", str(out), *flags], env=env,
                    cwd=root, check=True, capture_output=True)
-    wall = time.perf_counter() - t
-    compose = next(p["time_s"] for p in json.loads((out / "timings.json").read_text())["passes"] if p["name"] == "compose")
-    return wall, compose
+    return time.perf_counter() - t
+
+
+def verify_share(out: Path) -> tuple[float, int]:
+    """(seconds in the verify pass, plans simulated) of a build in `out`."""
+    passes = json.loads((out / "timings.json").read_text())["passes"]
+    seconds = sum(p["time_s"] for p in passes if p["name"] == "verify")
+    v = json.loads((out / "plan.json").read_text()).get("verification") or {}
+    return seconds, int(v.get("rounds", 0))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", type=Path, default=Path("/work/main"))
+    ap.add_argument("--base", type=Path, default=None, help="another checkout to compare with (default: none)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--examples", default=",".join(sorted(p.parent.name for p in (ROOT / "examples").glob("*/spec.yaml"))))
     a = ap.parse_args()
-    print(f"{'example':22s} {'base s':>8s} {'this s':>8s} {'diff s':>8s}   compose base -> this s")
+    print(f"{'example':22s} {'base s':>8s} {'this s':>8s} {'ratio':>6s} {'verify s':>9s} {'share':>6s} {'plans':>5s} "
+          f"{'no-verify s':>11s}")
+    total_base = total_this = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.examples.split(","):
             spec = ROOT / "examples" / name / "spec.yaml"
             base, this = [], []
             for k in range(a.repeat):
-                base.append(build(a.base, spec, Path(tmp) / f"base-{name}-{k}"))
+                if a.base is not None:
+                    base.append(build(a.base, spec, Path(tmp) / f"base-{name}-{k}"))
                 this.append(build(ROOT, spec, Path(tmp) / f"this-{name}-{k}"))
-            b, t = min(base), min(this)
-            print(f"{name:22s} {b[0]:8.2f} {t[0]:8.2f} {t[0] - b[0]:+8.2f}   {min(x[1] for x in base):.3f} -> "
-                  f"{min(x[1] for x in this):.3f}")
+            quick = build(ROOT, spec, Path(tmp) / f"quick-{name}", "--no-verify")
+            t = min(this)
+            v, plans = verify_share(Path(tmp) / f"this-{name}-{this.index(t)}")
+            b = min(base) if base else float("nan")
+            total_base += b
+            total_this += t
+            print(f"{name:22s} {b:8.2f} {t:8.2f} {t / b:6.2f} {v:9.2f} {v / t:6.0%} {plans:5d} {quick:11.2f}")
+    print(f"{'total':22s} {total_base:8.2f} {total_this:8.2f} {total_this / total_base:6.2f}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ SPEC = ROOT / "bench" / "data" / "scale1072.yaml"
 def one(spec: Path, mode: str, root: Path) -> dict:
     """Compile `spec` with `placement.pipelines: mode` in this process; the figures as a dict."""
     sys.path.insert(0, str(root.resolve()))
-    from hetcompile.backends.plan_json import proven_bound
+    from hetcompile.ir.document import proven_bound
     from hetcompile.driver import compile_spec
 
     s = yaml.safe_load(spec.read_text())

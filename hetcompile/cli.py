@@ -60,11 +60,13 @@ def build(
     churn_penalty: str = typer.Option(
         "1%", "--churn-penalty", help="with --previous: what one replica launched or torn down costs, as a share of the previous plan's objective (e.g. 2%, 0.02)"
     ),
+    no_verify: bool = typer.Option(False, "--no-verify", help="skip pass 7, the simulation that checks the plan's "
+                                   "SLOs and queueing bounds and replans until they hold (a quick look; plan.md says it is unverified)"),
 ) -> None:
     """Compile SPEC into a plan and its artifacts under OUT."""
     from hetcompile.plan.canon import dumps_json
     from hetcompile.backends.emit import write
-    from hetcompile.backends.plan_json import totals
+    from hetcompile.ir.document import totals
     from hetcompile.driver import compile_spec
     from hetcompile.live import LiveLine
 
@@ -82,7 +84,7 @@ def build(
         except ValueError as exc:
             raise HetcompileError(f"--churn-penalty {churn_penalty!r}: {exc}", hint="give a share such as 2% or 0.02") from None
         res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), previous=previous,
-                           churn_penalty=churn, **{"log": log, **live_args})
+                           churn_penalty=churn, verify=not no_verify, **{"log": log, **live_args})
         if live:  # the passes are done; what follows prints its own lines
             live.close()
             live = None
@@ -131,6 +133,9 @@ def build(
                 for w in v.workloads)
             out.print(f"  simulated: {v.replications} x {human.number(v.duration_s)} s at the planned load "
                       f"({v.requests} requests, {human.plural(v.rounds, 'plan')} tried): {held}", markup=False)
+        elif no_verify:
+            out.print("  not verified: built with --no-verify (the SLOs and queueing bounds are the tail model's, unsimulated)",
+                      markup=False)
         compose = next((p for p in res.ir.reports if p.name == "compose"), None)
         for note in compose.notes if compose and previous is not None else ():
             if note.startswith(("replanning", "stability")):

@@ -29,3 +29,56 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+# -- one build per spec per test session ----------------------------------------------------------
+# Building an example runs the whole compiler and its verification (seconds to a minute); many test
+# files need the same plans. `build` compiles once per (spec, the files beside it, options) and hands
+# every caller the same frozen IR. A test about the build itself (determinism, logs, errors) calls
+# compile_spec directly.
+_BUILDS: dict[tuple, object] = {}
+
+
+def _content_key(path: Path) -> tuple:
+    """The bytes a build of `path` can read: the spec and every file in its folder (profiles)."""
+    path = Path(path).resolve()
+    if path.is_dir():
+        return (str(path),)
+    files = sorted(p for p in path.parent.iterdir() if p.is_file())
+    return (str(path), *((p.name, p.read_bytes()) for p in files))
+
+
+def build(spec: Path, **options):
+    """`compile_spec(spec, **options)`, shared by the whole session (the PipelineResult's IR is frozen)."""
+    from hetcompile.driver import compile_spec
+
+    key = (_content_key(spec), *sorted((k, _content_key(v) if isinstance(v, Path) else v) for k, v in options.items()))
+    if key not in _BUILDS:
+        _BUILDS[key] = compile_spec(Path(spec), **options)
+    return _BUILDS[key]
+
+
+@pytest.fixture(scope="session")
+def example_artifacts():
+    """name -> what `hetcompile build examples/<name>` writes (plan.md's pictures and charts included), once per session."""
+    from hetcompile.backends.emit import artifacts
+    from hetcompile.explain.pictures import pictures
+
+    cache: dict[str, dict[str, str]] = {}
+
+    def get(name: str) -> dict[str, str]:
+        if name not in cache:
+            cache[name] = artifacts(build(ROOT / "examples" / name / "spec.yaml").ir, pictures)
+        return cache[name]
+
+    return get
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`), a file's tests stay on one worker (they share its
+    module-level builds), and the tests that start real vLLM servers all run on one worker, one at a
+    time: two CPU engines at once on 2 cores would starve each other."""
+    for item in items:
+        path = Path(str(item.fspath))
+        group = "engine" if path.parent.name == "engine" else path.stem
+        item.add_marker(pytest.mark.xdist_group(group))

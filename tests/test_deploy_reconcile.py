@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, build
 from hetcompile.backends.emit import write
 from hetcompile.driver import compile_spec
 from hetcompile.migrate.diff import Record, task_hash
@@ -28,8 +28,9 @@ def builds(tmp_path_factory) -> dict[str, dict[str, str]]:
     """The artifacts of the specs, compiled once (the solver is the slow part)."""
     from hetcompile.backends.emit import artifacts
 
-    return {"a": artifacts(compile_spec(QUICKSTART).ir), "b": artifacts(compile_spec(BUDGET_CUT).ir),
-            "c": artifacts(compile_spec(LOST_A100).ir)}
+    # the session's builds of these specs (test_examples, test_explain build them too)
+    return {"a": artifacts(build(QUICKSTART).ir), "b": artifacts(build(BUDGET_CUT).ir),
+            "c": artifacts(build(LOST_A100).ir)}
 
 
 def _write(out: Path, files: dict[str, str]) -> None:

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, build
 from hetcompile.plan.canon import canon, dumps_json
 from hetcompile.backends.plan_json import plan_dict
 from hetcompile.cli import app
-from hetcompile.driver import compile_spec
 from hetcompile.explain import diff_plans as _diff_plans
 from hetcompile.explain import explain_plan
 from hetcompile.migrate.planner import plan_migration, replay
@@ -43,7 +42,7 @@ GOLDEN = ROOT / "tests" / "golden" / "explain"
 
 @lru_cache(maxsize=None)
 def _plan_text(rel: str) -> str:
-    return dumps_json(plan_dict(compile_spec(ROOT / rel).ir))
+    return dumps_json(plan_dict(build(ROOT / rel).ir))
 
 
 def diff_plans(old, new):

@@ -175,7 +175,7 @@ def test_free_gpus_get_a_defined_answer(tmp_path: Path, objective: str, budget: 
         text = text.replace("budget: $12/h\n", "")
     spec = tmp_path / "spec.yaml"
     spec.write_text(text)
-    ir = compile_spec(spec).ir
+    ir = compile_spec(spec, verify=False).ir
     assert ir.replicas and sum(n.price_per_s for n in ir.nodes) == 0
 
 
@@ -359,7 +359,7 @@ def test_validate_and_build_agree(example_dirs: dict[str, Path], mutation) -> No
     except HetcompileError as err:
         valid = str(err)
     try:
-        compile_spec(spec)
+        compile_spec(spec, verify=False)  # where build stops on a bad spec: before any simulation
         built = None
     except PassError as err:  # a pass crashed on a spec that loaded: always a bug
         raise AssertionError(f"{mutation!r}: {err}") from None

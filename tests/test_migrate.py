@@ -22,7 +22,7 @@ from test_deploy import _calls, _clusters, _env
 
 def _build(tmp: Path, spec: Path, name: str, previous: Path | None = None) -> Path:
     out = tmp / name
-    write(compile_spec(spec, previous=previous).ir, out)
+    write(compile_spec(spec, previous=previous, verify=False).ir, out)  # migrate reads plans; how they were verified is not its concern
     return out
 
 
@@ -207,7 +207,7 @@ def test_mixed_job_groups_are_refused(tmp_path: Path) -> None:
     from test_place_pass import write_spec
 
     out = tmp_path / "mixed"
-    write(compile_spec(write_spec(tmp_path)).ir, out)
+    write(compile_spec(write_spec(tmp_path), verify=False).ir, out)
     with pytest.raises(RolloutError, match="does not handle mixed-GPU Job Groups"):
         rollout_plan(out, out)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, build
 from hetcompile.driver import compile_spec
 from hetcompile.errors import PassError
 from hetcompile.passes import default_pipeline, get_all_passes
@@ -18,7 +18,18 @@ QUICKSTART = ROOT / "examples/quickstart/spec.yaml"
 def test_registry_keys_are_pass_names():
     for key, cls in get_all_passes().items():
         assert key == cls.name
-    assert [p.name for p in default_pipeline()] == ["profile", "compose", "prune", "place", "parallelize", "route"]
+    assert [p.name for p in default_pipeline()] == ["profile", "compose", "prune", "place", "parallelize", "route", "verify"]
+    assert [p.name for p in default_pipeline(verify=False)] == ["profile", "compose", "prune", "place", "parallelize", "route"]
+
+
+def test_verify_is_a_pass_that_can_be_stopped_after_and_switched_off():
+    res = compile_spec(QUICKSTART, stop_after="verify")
+    assert res.stopped_after == "verify" and res.ir.verification is not None
+    assert res.ir.reports[-1].name == "verify" and res.ir.reports[-1].status == "met"
+    off = compile_spec(QUICKSTART, verify=False)
+    assert off.ir.verification is None and "verify" not in [r.name for r in off.ir.reports]
+    with pytest.raises(PassError, match="unknown pass"):
+        compile_spec(QUICKSTART, stop_after="verify", verify=False)
 
 
 def test_stop_after_returns_partial_ir():
@@ -39,7 +50,7 @@ def test_unknown_pass_name_is_an_error():
 
 
 def test_every_pass_reports():
-    res = compile_spec(QUICKSTART)
+    res = build(QUICKSTART)
     assert [r.name for r in res.ir.reports] == [p.name for p in default_pipeline()]
     compose = next(r for r in res.ir.reports if r.name == "compose")
     assert compose.status == "optimal" and compose.bound is not None and compose.gap is not None
@@ -75,3 +86,36 @@ def test_more_memory_more_concurrency_and_decode_is_memory_bound():
     rm = analytic.replica_model(arch, 2, [(small, 1, arch.layers, 1e6)], 0.0, 1e9, 256)
     t = sum(rm.stage_times(1.0, 500.0, 500.0, 1.0))
     assert t >= arch.layers * 2 * analytic.layer_params(arch) / small.mem_bw
+
+
+def test_replan_reruns_the_earlier_passes_on_the_pipelines_input_quietly():
+    """The manager's `ctx.replan(update)`: the passes before the caller, on the pipeline's input with
+    `update` applied, logging nothing; the caller gets their IR (what verify's rounds rely on)."""
+    from hetcompile.ir.lower import load_problem
+    from hetcompile.opt.solve import SolverOptions
+    from hetcompile.passes.base import Pass, PassContext, run_pipeline
+
+    seen: list[tuple] = []
+
+    class Upstream(Pass):
+        name = "upstream"
+
+        def run(self, ir, ctx):
+            seen.append(ir.tail_factors)
+            ctx.log("upstream ran")
+            return ir
+
+    class Checker(Pass):
+        name = "checker"
+
+        def run(self, ir, ctx):
+            again = ctx.replan({"tail_factors": (("chat", 0.5),)})
+            assert again.tail_factors == (("chat", 0.5),) and [r.name for r in again.reports] == ["upstream"]
+            return again
+
+    ir, _, _ = load_problem(QUICKSTART)
+    logged: list[str] = []
+    res = run_pipeline(ir, (Upstream(), Checker()), PassContext(solver=SolverOptions(), log=logged.append))
+    assert seen == [(), (("chat", 0.5),)]
+    assert logged.count("upstream ran") == 1  # the replan's passes log nothing
+    assert [r.name for r in res.ir.reports] == ["upstream", "checker"]

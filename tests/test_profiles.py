@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from hetcompile.backends.plan_json import plan_doc
+from hetcompile.ir.document import plan_doc
 from hetcompile.driver import compile_spec
 from hetcompile.errors import SpecError
 from hetcompile.perf.capacity import chain_capacity

@@ -462,3 +462,76 @@ def test_prefix_cache_hits_skip_their_prefill() -> None:
     warm = loadgen.open_loop(rm, 2.0, pairs, seed=1, cached=1500)
     assert warm.ttft_s < 0.5 * cold.ttft_s
     assert warm.itl_mean_s > 0 and warm.e2e_mean_s > warm.ttft_mean_s
+
+
+# -- decode runs and the pipeline's ready heap are exact (simulate/engine.py's module docstring) ----
+
+def _trace(seed: int, n: int, rate: float) -> list[tuple[float, int, int, int]]:
+    import random
+
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append((t, rng.choice([8, 60, 300, 900]), rng.choice([1, 2, 5, 40, 120]), rng.choice([0, 0, 50])))
+    return out
+
+
+def _replay_exactly(rms: list[ReplicaModel], trace, fast: bool, until: float, stop_after: int | None,
+                    prefill_first: bool = False):
+    """Every request's times and every replica's counters, with decode runs and ready heaps on
+    (`fast`) or with every step its own event and every pick a scan (the reference)."""
+    sims = [ReplicaSim(f"r{i}", rm, prefill_first=prefill_first) for i, rm in enumerate(rms)]
+    for s in sims:
+        s.measure_until = until * 0.6
+        if not fast:
+            s.ready = None
+    done = [0]
+
+    def on_done(_r) -> None:
+        done[0] += 1
+
+    drv = Driver(sims, on_done=on_done, decode_runs=fast)
+    reqs = []
+    for i, (t, inp, out, cached) in enumerate(trace):
+        r = Request(i, "w", t, inp, out, cached=min(cached, inp - 1))
+        reqs.append(r)
+        drv.loop.at(t, drv.arrive, f"r{i % len(sims)}", r)
+    drv.loop.run(until, stop=None if stop_after is None else (lambda: done[0] >= stop_after))
+    return ([(r.id, r.first_token, r.finish, r.generated, r.kv, r.preemptions, r.prefilled) for r in reqs],
+            [(s.steps, s.step_tokens, s.busy_s, s.completed, s.preemptions, s.kv_used, s.in_flight) for s in sims],
+            drv.loop.now)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_decode_runs_and_ready_heaps_give_the_step_by_step_results_bit_for_bit(seed: int) -> None:
+    # one-stage replicas (decode runs), pipelines (ready heaps), a KV cache small enough to preempt,
+    # prefix-cache hits, and runs cut by `until` and by `stop` in the middle
+    rms = [_rm(kv=[1e6, 3000, 1200][seed % 3], max_num_seqs=[8, 32][seed % 2]),
+           _rm(kv=[1e6, 2500][seed % 2], depth=2, hop=1e-4), _rm(depth=4, max_num_seqs=16),
+           _rm(kv=1100, depth=3, max_num_seqs=24)]  # a pipeline that preempts: stale heap entries
+    trace = _trace(seed, 400, rate=[20.0, 60.0, 150.0][seed % 3])
+    for until, stop_after in ((1e9, None), (trace[-1][0] * 0.5, None), (1e9, 250)):
+        fast = _replay_exactly(rms, trace, True, until, stop_after)
+        slow = _replay_exactly(rms, trace, False, until, stop_after)
+        assert fast == slow
+    v0 = [_rm(kv=4000)]
+    assert _replay_exactly(v0, trace[:150], True, 1e9, None, True) == _replay_exactly(v0, trace[:150], False, 1e9, None, True)
+
+
+def test_decode_runs_do_run() -> None:
+    """The fast path is taken (else the test above compares the reference with itself)."""
+    runs = []
+    real = ReplicaSim.decode_run
+
+    def spy(self, *a):
+        run = real(self, *a)
+        runs.append(run)
+        return run
+
+    ReplicaSim.decode_run = spy
+    try:
+        _replay_exactly([_rm()], _trace(0, 100, 20.0), True, 1e9, None)
+    finally:
+        ReplicaSim.decode_run = real
+    assert sum(1 for r in runs if r is not None) > 10

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from conftest import build
 from hetcompile.perf import analytic, capacity, catalog, tail
 
 
@@ -130,11 +131,10 @@ def test_planned_load_meets_the_slo_in_simulation(spec: str, tmp_path) -> None:
     is sized by its TPOT target, llama70b-pp's chat by its TTFT target (queueing)."""
     from conftest import ROOT
     from hetcompile.backends.emit import write
-    from hetcompile.driver import compile_spec
     from hetcompile.plan.io import read_plan_doc
     from hetcompile.simulate import simulate, steady_arrivals
 
-    write(compile_spec(ROOT / spec).ir, tmp_path)
+    write(build(ROOT / spec).ir, tmp_path)
     plan = read_plan_doc(tmp_path / "plan.json")
     slo = {w.name: w.slo for w in plan.workloads if w.slo is not None and (w.slo.ttft_s or w.slo.tpot_s)}
     assert slo and all(s.met for s in slo.values())
@@ -161,11 +161,10 @@ def test_chat_rag_holds_every_slo_at_p99_for_an_hour_at_the_planned_load(tmp_pat
 
     from conftest import ROOT
     from hetcompile.backends.emit import write
-    from hetcompile.driver import compile_spec
     from hetcompile.plan.io import read_plan_doc
     from hetcompile.simulate import simulate, steady_arrivals
 
-    write(compile_spec(ROOT / "examples/chat-rag/spec.yaml").ir, tmp_path)
+    write(build(ROOT / "examples/chat-rag/spec.yaml").ir, tmp_path)
     plan = read_plan_doc(tmp_path / "plan.json")
     slo = {w.name: w.slo for w in plan.workloads}
     assert set(slo) == {"chat", "rag"} and all(s is not None and s.percentile == "p99" and s.met for s in slo.values())
@@ -244,7 +243,7 @@ def test_replications_widen_the_bound_where_runs_disagree() -> None:
 def test_tail_factors_bisect_between_held_and_missed() -> None:
     """The verify loop's search: a miss never held shrinks by its step; a workload bracketed by a held
     and a missed share tries the midpoint, and settles on the held one once they are close."""
-    from hetcompile.driver import _next_factors
+    from hetcompile.passes.verify import next_factors as _next_factors
 
     assert _next_factors({}, {}, {"a": 1.0}, {"a": 0.5}) == {"a": 0.5}
     assert _next_factors({"a": 0.5}, {"a": 0.5}, {"a": 1.0}, {}) == {"a": 0.75}
@@ -257,7 +256,7 @@ def test_a_newer_miss_replaces_a_stale_hold() -> None:
     """Workloads share the budget, so a share that held in one round can miss in a later one (another
     workload's tighter share changed what compose bought): the miss wins, and the workload is
     tightened instead of being held at the stale share (chat-rag's rag, at 100% for 4 rounds)."""
-    from hetcompile.driver import _next_factors, _record
+    from hetcompile.passes.verify import _record, next_factors as _next_factors
 
     held, missed = {}, {}
     _record(held, missed, "rag", 1.0, miss=False)  # round 1: held at 100%

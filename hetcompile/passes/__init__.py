@@ -9,12 +9,15 @@ from hetcompile.passes.place import Place
 from hetcompile.passes.profile import Profile
 from hetcompile.passes.prune import Prune
 from hetcompile.passes.route import Route
+from hetcompile.passes.verify import Verify
 
 
 def get_all_passes() -> dict[str, type[Pass]]:
     """Every pass by name (a test checks each key equals the pass's `name`)."""
-    return {p.name: p for p in (Profile, Compose, Prune, Place, Parallelize, Route)}
+    return {p.name: p for p in (Profile, Compose, Prune, Place, Parallelize, Route, Verify)}
 
 
-def default_pipeline() -> tuple[Pass, ...]:
-    return (Profile(), Compose(), Prune(), Place(), Parallelize(), Route())
+def default_pipeline(verify: bool = True) -> tuple[Pass, ...]:
+    """The seven passes; `verify=False` (`hetcompile build --no-verify`) leaves out the simulation
+    that checks the plan's targets, for a quick look at a plan (it says it was not verified)."""
+    return (Profile(), Compose(), Prune(), Place(), Parallelize(), Route(), *((Verify(),) if verify else ()))

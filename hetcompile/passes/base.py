@@ -3,13 +3,15 @@
 A pass has a kebab-case `name`, declares the IR fields it `requires` and the one it `provides`,
 and `run(ir, ctx) -> ir` returns a new frozen IR (TVM / xDSL style). The manager runs the fixed
 pipeline, checks requirements before and verifies invariants after each pass, records wall time
-in the pass's `PassReport`, and can stop or dump after a named pass.
+in the pass's `PassReport`, and can stop or dump after a named pass. A pass that checks the plan
+and replans (verify) asks the manager to re-run the passes before it on the pipeline's input with
+some fields changed (`ctx.replan(update)`), quietly: the replan's passes log nothing.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, ClassVar
 
 from hetcompile.errors import HetcompileError, PassError
@@ -26,6 +28,13 @@ class PassContext:
     options: dict = field(default_factory=dict)
     # told each pass's name as it starts ("" when the pipeline ends): the CLI's live status line
     on_pass: Callable[[str], None] = lambda name: None
+    # set by the manager for the pass it runs: the passes before it, re-run on the pipeline's input
+    # with `update` applied (pydantic model_copy), and the IR they return
+    replan: Callable[[dict], Problem] = field(default=lambda update: _no_replan())
+
+
+def _no_replan() -> Problem:
+    raise PassError("replan is only available to a pass the pass manager runs")
 
 
 class Pass:
@@ -64,7 +73,12 @@ def run_pipeline(
             raise PassError(f"unknown pass {n!r}; the pipeline is {' -> '.join(names)}")
     dumps: dict[str, Problem] = {}
     ran: list[str] = []
-    for p in passes:
+    source = ir
+    quiet = replace(ctx, log=lambda msg: None, on_pass=lambda name: None, solver=replace(ctx.solver, progress=None))
+    for i, p in enumerate(passes):
+        upstream = passes[:i]
+        pctx = replace(ctx, replan=lambda update, upstream=upstream: run_pipeline(
+            source.model_copy(update=update), upstream, quiet).ir)
         for req in p.requires:
             if getattr(ir, req) is None:
                 raise PassError(f"pass {p.name} needs `{req}`, which no earlier pass provided (ran: {', '.join(ran) or 'none'})")
@@ -72,7 +86,7 @@ def run_pipeline(
         n_reports = len(ir.reports)
         ctx.on_pass(p.name)
         try:
-            ir = p.run(ir, ctx)
+            ir = p.run(ir, pctx)
         except HetcompileError:
             raise
         except Exception as exc:  # a bug: name the pass and what ran before it

@@ -34,7 +34,7 @@ __all__ = [
 # Within `remembering()`: the last few placements, by everything they depend on (the problem, mode,
 # objective and solver settings but the wall-clock cap; the progress callbacks are not compared).
 # The build's verification re-solves the whole pipeline with each new tail factor
-# (driver.verify_by_simulation), and a factor changes the load the plan puts on its chains, not the
+# (passes/verify.py), and a factor changes the load the plan puts on its chains, not the
 # chains: on a fixed cluster (the Helix examples) every round after the first would solve the same
 # MILPs again, 2-7 s each. Only a result that finished within its work budgets is kept (not
 # `machine_dependent`): it is what any later solve of the same problem returns, whatever share of

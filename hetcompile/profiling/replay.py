@@ -13,9 +13,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-import aiohttp
-
-from hetcompile.profiling.sweep import SweepConfig, one_request, served_model
+from hetcompile.profiling.sweep import SweepConfig, client_session, one_request, served_model
 from hetcompile.simulate.run import Arrival
 
 
@@ -30,7 +28,7 @@ class Measured:
 
 async def _replay(base: str, arrivals: list[Arrival], timeout_s: float) -> list[Measured]:
     base = base.rstrip("/")
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+    async with client_session(timeout_s) as session:
         model = await served_model(session, base)
         t0 = time.perf_counter()
 

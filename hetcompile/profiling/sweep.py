@@ -98,7 +98,32 @@ async def served_model(session: aiohttp.ClientSession, base: str) -> str:
     return ids[0]
 
 
+# vLLM's OpenAI server (uvicorn) closes a keep-alive connection after 5 s idle. A client that keeps
+# it longer can reuse a connection at the instant the server closes it and get ServerDisconnected
+# before any response (a 16-client sweep point leaves 16 pooled connections idle while the next,
+# 1-client point runs): keep idle connections for less than the server does, and retry a request
+# that was disconnected before its response began (nothing was generated; sending it again is safe).
+KEEPALIVE_S = 2.0
+
+
+def client_session(timeout_s: float, headers: dict | None = None) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers or {},
+                                 connector=aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S))
+
+
 async def one_request(session: aiohttp.ClientSession, base: str, model: str, p: int, c: int, cfg: SweepConfig) -> Sample:
+    try:
+        return await _one_request(session, base, model, p, c, cfg)
+    except _NotAnswered:
+        return await _one_request(session, base, model, p, c, cfg, retry=False)
+
+
+class _NotAnswered(Exception):
+    """The server closed the connection before any response to a request: safe to send again."""
+
+
+async def _one_request(session: aiohttp.ClientSession, base: str, model: str, p: int, c: int, cfg: SweepConfig,
+                       retry: bool = True) -> Sample:
     body = {
         "model": model, "prompt": prompt_ids(p, cfg.token_id), "max_tokens": cfg.output_tokens,
         "min_tokens": cfg.output_tokens, "ignore_eos": True, "temperature": 0.0, "stream": True,
@@ -107,7 +132,13 @@ async def one_request(session: aiohttp.ClientSession, base: str, model: str, p: 
     start = time.perf_counter()
     first = last = None
     tokens = None
-    async with session.post(f"{base}/v1/completions", json=body) as resp:
+    try:
+        resp = await session.post(f"{base}/v1/completions", json=body)
+    except aiohttp.ServerDisconnectedError:
+        if retry:
+            raise _NotAnswered from None
+        raise
+    async with resp:
         if resp.status != 200:
             raise _refused(base, "/v1/completions", resp.status, await resp.text())
         async for raw in resp.content:
@@ -145,9 +176,8 @@ async def run_sweep(base: str, cfg: SweepConfig, model: str | None = None, progr
     base = base.rstrip("/")
     if base.endswith("/v1"):
         base = base[:-3]
-    timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+    async with client_session(cfg.timeout_s, headers) as session:
         model = model or await served_model(session, base)
         await one_request(session, base, model, cfg.prompt_tokens[0], 1, cfg)  # warm-up, not measured
         points = []

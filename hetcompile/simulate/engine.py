@@ -40,6 +40,17 @@ prefix cache already holds (a shared system prompt), are never prefilled, also n
 sequence is preempted and recomputed; they are still read by attention, and their KV is counted per
 sequence (vLLM shares those blocks, so this over-counts KV use: a conservative bound).
 
+Decode runs (exact, only faster): most steps of a one-stage replica under load repeat the last one
+with every context one token longer, until a sequence finishes or a request arrives. When the batch
+just launched is such a step (decode only, every running sequence in it, no prompt to prefill, no
+waiting request that could be admitted, KV room for every step), `ReplicaSim.decode_run` computes
+the following steps' times in one loop, up to the step that finishes a sequence and never past the
+earliest event that could submit a request (`EventLoop.guard_time`: arrivals and submits are
+"guard" events, step completions are not); one event at the run's last completion applies them. A
+run the loop stops inside (`stop`, `until`) is cut back to the steps completed by then
+(`Driver.settle`), so every request time and every counter is what the step-by-step events give,
+bit for bit (tests/test_simulate.py compares the two on random loads).
+
 Everything is deterministic: no randomness here, ties broken by event sequence numbers.
 """
 
@@ -70,6 +81,7 @@ class Request:
     finish: float | None = None
     preemptions: int = 0
     cached: int = 0  # prompt tokens served by vLLM's prefix cache (a shared system prompt): never prefilled
+    order: int = 0  # admission number on its replica: its place in the running list
 
     def cache_hit(self) -> int:
         """Prompt tokens the prefix cache serves: `cached`, less the one token vLLM always computes."""
@@ -81,6 +93,17 @@ class _Batch:
     decode: list[Request]
     prefill: list[tuple[Request, int]]
     tokens: int
+
+
+@dataclass(slots=True)
+class _DecodeRun:
+    """Steps 2..k of a decode run whose step 1 was launched normally: step s is launched at
+    ends[s - 2] and takes times[s - 2]; ends[k - 1] is the run's last completion."""
+
+    batch: _Batch
+    ends: list[float]  # e_1 .. e_k
+    times: list[float]  # t_2 .. t_k
+    live: bool = True
 
 
 @dataclass
@@ -103,6 +126,18 @@ class ReplicaSim:
     measure_until: float = float("inf")
     prefill_first: bool = False  # V0 scheduling (module docstring)
     depth: int = field(init=False, default=0)  # d = len(model.stages), read every step
+    # the running sequences whose prompt is not fully computed, in running order: a step looks for
+    # prompt chunks among these only (most steps carry none, and the scan over every running
+    # sequence was half of a step's cost)
+    prefilling: list = field(init=False, default_factory=list)
+    run: "_DecodeRun | None" = field(init=False, default=None)  # the decode run in flight (module docstring)
+    admitted: int = field(init=False, default=0)
+    # a pipeline (d > 1) has most running sequences in flight: instead of scanning all of them for
+    # the few a step may take, it keeps the decode-ready ones not in flight in a heap by admission
+    # number (entries made stale by a preemption or a second push are skipped when popped); the
+    # same sequences, in the same order, as the scan takes
+    ready: list | None = field(init=False, default=None)
+    pushes: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.depth = self.model.depth
@@ -111,6 +146,7 @@ class ReplicaSim:
         # what step_cost reads every step, built once: the model's coefficients as plain tuples
         self.terms = self.model.stage_terms()
         self.hops = tuple((h.latency_s, h.bandwidth) for h in self.model.hops)
+        self.ready = [] if self.depth > 1 else None
 
     # -- admission and batch formation ------------------------------------------------------------
 
@@ -128,11 +164,16 @@ class ReplicaSim:
             r.kv = need
             self.kv_used += need
             self.running.append(r)
+            self.admitted += 1
+            r.order = self.admitted
+            self.prefilling.append(r)  # admitted with its prompt (or its recompute) still to prefill
 
     def _preempt_one(self, keep: int) -> bool:
         for r in reversed(self.running):
             if not r.in_flight and r.id != keep:
                 self.running.remove(r)
+                if r.prefilled < r.prefill_target:
+                    self.prefilling.remove(r)
                 self.kv_used -= r.kv
                 r.kv, r.prefilled = 0, r.cache_hit()  # the shared prefix stays cached (other sequences hold it)
                 r.prefill_target = r.input_tokens + r.generated
@@ -145,9 +186,11 @@ class ReplicaSim:
     def _prefill_only(self) -> _Batch | None:
         """V0: whole waiting prompts, oldest first, up to the token budget (one always fits: V0 needs
         max_num_batched_tokens >= max_model_len); None when no prompt waits."""
+        if not self.prefilling:
+            return None
         budget = self.model.chunk_tokens
         prefill: list[tuple[Request, int]] = []
-        for r in self.running:
+        for r in self.prefilling:
             if r.in_flight or r.prefilled >= r.prefill_target:
                 continue
             n = r.prefill_target - r.prefilled
@@ -174,14 +217,24 @@ class ReplicaSim:
         decode: list[Request] = []
         if 0 < limit <= self.kv_capacity - self.kv_used:
             # room for every decode this batch can take: no preemption, so the plain pick
-            for r in self.running:
-                if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target:
-                    continue
-                r.kv += 1
-                r.in_flight = True
-                decode.append(r)
-                if len(decode) >= limit:
-                    break
+            if self.ready is not None:
+                ready = self.ready
+                while ready and len(decode) < limit:
+                    order, _, r = heapq.heappop(ready)
+                    if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target or order != r.order:
+                        continue  # stale
+                    r.kv += 1
+                    r.in_flight = True
+                    decode.append(r)
+            else:
+                for r in self.running:
+                    if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target:
+                        continue
+                    r.kv += 1
+                    r.in_flight = True
+                    decode.append(r)
+                    if len(decode) >= limit:
+                        break
             self.kv_used += len(decode)
             limit = 0  # picked
         for r in list(self.running) if limit > 0 else ():
@@ -204,7 +257,7 @@ class ReplicaSim:
                 break
         budget -= len(decode)
         prefill: list[tuple[Request, int]] = []
-        for r in self.running:
+        for r in self.prefilling:
             if budget <= 0:
                 break
             if r.in_flight or r.prefilled >= r.prefill_target:
@@ -217,22 +270,72 @@ class ReplicaSim:
             return None
         return _Batch(decode, prefill, len(decode) + sum(n for _, n in prefill))
 
+    # -- decode runs (module docstring) -----------------------------------------------------------
+
+    def _could_admit(self) -> bool:
+        """Whether the next step's admission would take the head of the queue (KV use only grows
+        during a decode run, so a request that does not fit now does not fit before a sequence ends)."""
+        if not self.waiting or len(self.running) >= self.model.max_num_seqs:
+            return False
+        return self.kv_used + self.waiting[0].prefill_target + 1 <= self.kv_capacity
+
+    def decode_run(self, batch: _Batch, end: float, guard: float) -> _DecodeRun | None:
+        """The steps after `batch` (just launched, completing at `end`) that repeat it one context
+        token longer, while no sequence finishes before the last of them, every step has KV room
+        for its tokens, and every completion but the last is before `guard`; None when that is
+        not at least one more step."""
+        n = len(batch.decode)
+        if (self.depth != 1 or batch.prefill or self.prefilling or n != len(self.running) or n > self.model.chunk_tokens
+                or end >= guard or self._could_admit()):
+            return None
+        # completions until the first sequence finishes (step 1's included), and launches with KV room
+        last = min(min(r.output_tokens - r.generated for r in batch.decode), 1 + (self.kv_capacity - self.kv_used) // n)
+        if last < 2:
+            return None
+        S = sum([r.input_tokens + r.generated for r in batch.decode])  # step 1's context tokens
+        fn = float(n)
+        terms, stage_times = self.terms, self.model.stage_times
+        ends, times = [end], []
+        t = end
+        for _ in range(last - 1):
+            if t >= guard:  # a request may be submitted before this completion: the run ends at it
+                break
+            S += n
+            ts = stage_times(fn, float(S), float(S), fn, terms)[0]  # A = S for decode tokens (step_cost)
+            t = t + ts
+            times.append(ts)
+            ends.append(t)
+        return _DecodeRun(batch, ends, times) if times else None
+
+    def apply_run(self, run: _DecodeRun, completed: int) -> None:
+        """The effects of the run's first `completed` completions (each but the last of the run) and
+        of the launches that followed them: tokens generated and KV held, steps and busy time."""
+        n = len(run.batch.decode)
+        for r in run.batch.decode:
+            r.generated += completed
+            r.kv += completed
+        self.kv_used += n * completed
+        self.steps += completed
+        self.step_tokens += n * completed
+        for i in range(completed):
+            if run.ends[i] < self.measure_until:
+                self.busy_s += run.times[i]
+
     # -- timing -----------------------------------------------------------------------------------
 
     def step_cost(self, batch: _Batch) -> tuple[list[float], list[float]]:
         """(t_i per stage, hop seconds after stage i) for this batch: perf/stepmodel.py's roofline with
         n tokens, S context tokens read (decode contexts and the prompt so far of each chunk) and A
         attention pairs (each decode token over its context, each chunk causally over its prompt)."""
-        S = 0.0
-        A = 0.0
-        for r in batch.decode:
-            ctx = r.input_tokens + r.generated
-            S += ctx
-            A += ctx
+        # integer sums, exact as the floats they become (every count is far below 2^53); a decode
+        # token reads its context once and attends to it once, so its S and A terms are equal
+        S = sum([r.input_tokens + r.generated for r in batch.decode])
+        A2 = 2 * S  # 2 A: a chunk's causal pairs n^2 / 2 are half-integers
         for r, n in batch.prefill:
             S += r.prefilled
-            A += n * r.prefilled + n * n / 2.0
-        times = self.model.stage_times(float(batch.tokens), S, A, float(len(batch.decode) + len(batch.prefill)), self.terms)
+            A2 += 2 * n * r.prefilled + n * n
+        times = self.model.stage_times(float(batch.tokens), float(S), A2 / 2.0, float(len(batch.decode) + len(batch.prefill)),
+                                       self.terms)
         moved = batch.tokens * self.model.activation_bytes
         return times, [lat + moved / bw for lat, bw in self.hops]
 
@@ -266,6 +369,7 @@ class ReplicaSim:
             r.in_flight = False
             r.prefilled += n
             if r.prefilled >= r.prefill_target:
+                self.prefilling.remove(r)
                 r.generated += 1  # the step that completes a prompt samples the next token
                 if r.first_token is None:
                     r.first_token = now
@@ -277,39 +381,66 @@ class ReplicaSim:
             self.kv_used -= r.kv
             r.kv = 0
             self.completed += 1
+        if self.ready is not None:  # decode-ready again (or for the first time), unless finished
+            for r in batch.decode:
+                if r.kv:
+                    self.pushes += 1
+                    heapq.heappush(self.ready, (r.order, self.pushes, r))
+            for r, _ in batch.prefill:
+                if r.kv and r.prefilled >= r.prefill_target:
+                    self.pushes += 1
+                    heapq.heappush(self.ready, (r.order, self.pushes, r))
         return done
 
 
 class EventLoop:
-    """A heap of (time, sequence, callback); the sequence number makes equal times deterministic."""
+    """A heap of (time, sequence, callback); the sequence number makes equal times deterministic.
+    Events scheduled with guard=True (the default: arrivals, submits, anything a caller schedules)
+    may submit requests; `guard_time` is the earliest of them still pending. `on_exit(t, inclusive)`
+    is told where `run` stopped: events before t (at t too, when inclusive) were processed."""
 
     def __init__(self) -> None:
         self.heap: list = []
+        self.guards: list[float] = []
         self.seq = 0
         self.now = 0.0
+        self.on_exit = None
 
-    def at(self, t: float, fn, *args) -> None:
+    def at(self, t: float, fn, *args, guard: bool = True) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, fn, args))
+        heapq.heappush(self.heap, (t, self.seq, fn, args, guard))
+        if guard:
+            heapq.heappush(self.guards, t)
+
+    def guard_time(self) -> float:
+        return self.guards[0] if self.guards else math.inf
 
     def run(self, until: float, stop=None) -> None:
         while self.heap and self.heap[0][0] <= until:
-            t, _, fn, args = heapq.heappop(self.heap)
+            t, _, fn, args, guard = heapq.heappop(self.heap)
+            if guard:
+                heapq.heappop(self.guards)  # guard events leave in time order too: this one is the earliest
             self.now = t
             fn(*args)
             if stop is not None and stop():
+                if self.on_exit is not None:
+                    self.on_exit(t, False)
                 return
         self.now = max(self.now, until) if not self.heap else self.now
+        if self.on_exit is not None:
+            self.on_exit(until, True)
 
 
 class Driver:
     """Runs replicas on an event loop: `submit` a request to a replica; a step is formed whenever
     fewer than d batches are in flight (it queues for stage 0 in the pipeline, module docstring)."""
 
-    def __init__(self, replicas: list[ReplicaSim], on_done=None) -> None:
+    def __init__(self, replicas: list[ReplicaSim], on_done=None, decode_runs: bool = True) -> None:
         self.loop = EventLoop()
         self.replicas = {r.id: r for r in replicas}
         self.on_done = on_done
+        self.decode_runs = decode_runs  # False: every step an event (the reference the runs are tested against)
+        self.loop.on_exit = self.settle
 
     def arrive(self, replica: str, req: Request) -> None:
         """A request reaches `replica`'s frontend now; the scheduler sees it `request_overhead_s` later."""
@@ -330,7 +461,34 @@ class Driver:
         if batch is None:
             return
         _, end = rep.launch(self.loop.now, batch)
-        self.loop.at(end, self._done, rep, batch)
+        run = rep.decode_run(batch, end, self.loop.guard_time()) if self.decode_runs else None
+        if run is None:
+            self.loop.at(end, self._done, rep, batch, guard=False)
+            return
+        rep.stage_free[0] = run.ends[-1]
+        rep.run = run
+        self.loop.at(run.ends[-1], self._run_done, rep, run, guard=False)
+
+    def _run_done(self, rep: ReplicaSim, run: _DecodeRun) -> None:
+        if not run.live:
+            return
+        rep.apply_run(run, len(run.times))
+        rep.run = None
+        self._done(rep, run.batch)
+
+    def settle(self, t: float, inclusive: bool) -> None:
+        """The loop stopped at t: cut every decode run in flight back to the completions before t
+        (at t when inclusive); its next step stays in flight as an ordinary event."""
+        for rep in self.replicas.values():
+            run = rep.run
+            if run is None or not run.live:
+                continue
+            done = sum(1 for e in run.ends[:-1] if e < t or (inclusive and e == t))
+            rep.apply_run(run, done)
+            run.live = False
+            rep.run = None
+            rep.stage_free[0] = run.ends[done]
+            self.loop.at(run.ends[done], self._done, rep, run.batch, guard=False)
 
     def _done(self, rep: ReplicaSim, batch: _Batch) -> None:
         finished = rep.complete(self.loop.now, batch)

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, build
 from hetcompile.backends.emit import write
-from hetcompile.driver import compile_spec
 from hetcompile.migrate.run import in_flight
 from hetcompile.testing import free_port, launch, make_tiny_model
 
@@ -35,7 +34,7 @@ def _status(url: str, key: str | None = None) -> int:
 
 def test_replica_requires_the_api_key(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    write(compile_spec(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
+    write(build(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
     model = make_tiny_model(tmp_path / "tiny")
     with launch(out / "vllm" / "r0" / "node0.sh", port=free_port(), model=model, log=tmp_path / "vllm.log",
                 env={"HC_VLLM_API_KEY": "s3cret-key"}) as base:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, build
 from hetcompile.backends.emit import write
-from hetcompile.driver import compile_spec
 from hetcompile.testing import free_port, launch, make_tiny_model
 
 pytestmark = pytest.mark.engine
@@ -28,7 +27,7 @@ def _post(url: str, body: dict) -> dict:
 
 def test_generated_single_node_script_serves(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    write(compile_spec(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
+    write(build(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
     plan = json.loads((out / "plan.json").read_text())
     single = next(r for r in plan["replicas"] if r["pp"] == 1)
     script = out / "vllm" / single["id"] / "node0.sh"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, build
 from hetcompile.backends.emit import write
 from hetcompile.cli import app
 from hetcompile.driver import compile_spec
@@ -39,7 +39,7 @@ def _bench():
 
 def test_profile_then_simulate_against_real_vllm(tmp_path: Path) -> None:
     out = tmp_path / "analytic"
-    write(compile_spec(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
+    write(build(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
     model = make_tiny_model(tmp_path / "tiny")
     runner = CliRunner()
     with launch(out / "vllm" / "r0" / "node0.sh", port=free_port(), model=model, log=tmp_path / "vllm.log") as url:

@@ -20,9 +20,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, build
 from hetcompile.backends.emit import write
-from hetcompile.driver import compile_spec
 from hetcompile.testing import free_port, launch, make_tiny_model
 
 pytestmark = pytest.mark.engine
@@ -66,7 +65,7 @@ def _wait(pred, what: str, limit: float = 60.0) -> None:
 
 def test_router_in_front_of_two_real_replicas(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    write(compile_spec(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
+    write(build(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
     plan = json.loads((out / "plan.json").read_text())
     ids = [r["id"] for r in plan["replicas"]]
     assert len(ids) == 2 and all(r["pp"] == 1 for r in plan["replicas"])

@@ -84,7 +84,7 @@ def test_shared_mode_reports_a_clock_stop():
 
 
 def test_a_build_reuses_an_identical_placement_and_only_inside_remembering(monkeypatch):
-    """The build's verification re-solves with new tail factors (driver.verify_by_simulation): inside
+    """The build's verification re-solves with new tail factors (passes/verify.py): inside
     `remembering()` an identical problem returns the earlier result, whatever time cap its share
     is; outside, every call solves, so a work budget changed between calls is seen."""
     from hetcompile.placement import remembering

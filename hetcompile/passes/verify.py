@@ -1,0 +1,158 @@
+"""Pass 7, verify: replay the plan at its planned load and replan until its targets hold (docs/DESIGN.md).
+
+The plan's document (ir/document.py) is simulated at its planned load (simulate/verify.py: R seeded
+replications, judged at the upper 95% confidence bound of the share of requests outside each target).
+Where a workload w misses, the pass searches the share f_w of the tail model's load (`tail_factors`,
+which the profile pass multiplies into every shape's planned capacity) at which its targets hold:
+
+    missed, never held      f_w <- f_w x tighten(miss)            (target / simulated, in [0.5, 0.9])
+    held at lo, missed at hi f_w <- (lo + hi) / 2  while hi - lo > BISECT_TOLERANCE x hi, else lo
+
+re-running the passes before it (the manager's `ctx.replan`) for each new f, at most MAX_ROUNDS plans.
+Latency is steep in load, so one ratio step overshoots; the bisection takes back what it overshot.
+The result is the last plan whose every target held. If none held: an SLO missed (or a tightened
+plan that no longer fits) is an error at the SLO's line with what would meet it; only queueing bounds
+missed leave the last plan standing, with `verification.unmet` saying so.
+
+A replan changes only loads (f_w scales throughput_rps): placement results of unchanged chains are
+reused (placement.remembering, opened by the driver), and each round logs one line.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hetcompile.errors import HetcompileError, InfeasibleError
+from hetcompile.ir.document import plan_doc
+from hetcompile.ir.problem import PassReport, Problem
+from hetcompile.passes.base import Pass, PassContext, add_report
+from hetcompile.simulate import verify as replay
+from hetcompile.simulate.verify import Miss, summary, tighten
+
+BISECT_TOLERANCE = 0.05  # stop refining f_w once the held and missed shares are this close (relative)
+
+
+class Verify(Pass):
+    name = "verify"
+    requires = ("replicas", "routing")
+    provides = ""  # `verification`, when the plan has a target to check (an SLO or a queueing bound)
+
+    def run(self, ir: Problem, ctx: PassContext) -> Problem:
+        factors: dict[str, float] = {}
+        held: dict[str, float] = {}  # per workload, the highest f_w whose targets held
+        missed: dict[str, float] = {}  # the lowest f_w whose targets missed
+        best: Problem | None = None
+        slo: list[Miss] = []
+        max_rounds = replay.MAX_ROUNDS
+        for rounds in range(1, max_rounds + 1):
+            start = time.perf_counter()
+            docs, ws, misses = replay.verify(plan_doc(ir))
+            if docs is None:
+                return add_report(ir, PassReport(name=self.name, status="skipped", time_s=0.0,
+                                                 notes=("nothing to check: no SLO and no queueing bound",)))
+            ctx.log(f"verify: round {rounds}" + (f" at {_factors_text(factors)} of the tail model's load" if factors else "")
+                    + f": {sum(w.arrived for d in docs for w in d.workloads)} requests simulated in "
+                    f"{time.perf_counter() - start:.3f}s" + "".join(f"; {m.workload}: {miss_text(m)}" for m in misses))
+            slo = [m for m in misses if m.kind == "slo"]
+            unmet = tuple(sorted({f"{m.workload}: {miss_text(m)}" for m in misses if m.kind != "slo"}))
+            ver = summary(docs, ws, rounds, factors, unmet)
+            verified = add_report(ir.model_copy(update={"verification": ver}), _report(self.name, ver))
+            if not misses:
+                best = verified
+            bad = {m.workload for m in misses}
+            for w in ws:
+                _record(held, missed, w.name, factors.get(w.name, 1.0), w.name in bad)
+            trial = next_factors(factors, held, missed, tighten(misses))
+            if trial == factors or rounds == max_rounds:
+                break
+            ctx.on_pass(f"{self.name} round {rounds + 1}: replan")
+            try:
+                ir = ctx.replan({"tail_factors": tuple(sorted(trial.items()))})
+            except HetcompileError as exc:
+                if best is not None or not slo:
+                    ctx.log(f"verify: a plan at {_factors_text(trial)} of the tail model's load does not fit "
+                            f"({str(exc).splitlines()[0]})")
+                    return best or verified
+                w = slo[0].workload
+                raise InfeasibleError(
+                    f"the SLO of workload {w!r} is not met at the planned load (simulated: "
+                    f"{'; '.join(miss_text(m) for m in slo if m.workload == w)}), and a plan that loads its replicas "
+                    f"less ({trial.get(w, 1.0):.0%} of the tail model's load) does not fit: {str(exc).splitlines()[0]}",
+                    ir.span(f"slo:{w}") or ir.span("budget"),
+                    hint=_cheapest_change(slo, w),
+                ) from None
+            ctx.on_pass(self.name)
+            factors = trial
+        if best is not None:
+            return best
+        if not slo:
+            return verified
+        w = slo[0].workload
+        raise InfeasibleError(
+            f"the SLO of workload {w!r} is still missed after {max_rounds} plan(s), each loading its replicas less "
+            f"(now {factors.get(w, 1.0):.0%} of the tail model's load); simulated at the planned load: "
+            + "; ".join(miss_text(m) for m in slo if m.workload == w),
+            ir.span(f"slo:{w}"),
+            hint=_cheapest_change(slo, w),
+        )
+
+
+def _report(name: str, v) -> PassReport:
+    """The pass's row in plan.md: what was simulated, and the load shares the plan holds at."""
+    notes = [f"{v.replications} x {v.duration_s:.4g} s at the planned load, {v.requests} requests; "
+             f"{v.rounds} plan{'s' if v.rounds != 1 else ''} simulated"]
+    notes += [f"{w.name} planned at {w.factor:.0%} of the tail model's load" for w in v.workloads if w.factor < 1.0]
+    return PassReport(name=name, status="unmet" if v.unmet else "met", time_s=0.0, notes=tuple(notes))
+
+
+def miss_text(m: Miss) -> str:
+    """A miss in words: the judged percentile (the upper confidence bound, simulate/verify.py) over its target."""
+    if m.simulated_s <= m.target_s:
+        return (f"{m.what} {m.percentile} {m.simulated_s:.3g} s within target {m.target_s:.3g} s, but too few requests "
+                f"within every target for a {m.percentile}")
+    return f"{m.what} {m.percentile} {'unbounded' if m.simulated_s == float('inf') else f'{m.simulated_s:.3g} s'} > target {m.target_s:.3g} s"
+
+
+def _record(held: dict[str, float], missed: dict[str, float], w: str, f: float, miss: bool) -> None:
+    """Note that workload w's targets missed (or held) at share f. The newest outcome wins over an
+    older one it contradicts: workloads share the budget, so another workload's tighter share can
+    change what compose buys for this one, and a share that held in an earlier round can miss now
+    (chat-rag: rag held at 100% in round 1 and missed at 100% from round 2; with the stale hold
+    bracketing it, it was never tightened)."""
+    if miss:
+        missed[w] = min(missed.get(w, f), f)
+        if held.get(w, 0.0) >= f:
+            del held[w]
+    else:
+        held[w] = max(held.get(w, 0.0), f)
+        if missed.get(w, 2.0) <= f:
+            del missed[w]
+
+
+def next_factors(factors: dict[str, float], held: dict[str, float], missed: dict[str, float],
+                 steps: dict[str, float]) -> dict[str, float]:
+    """The next round's f_w (module docstring): missed and never held -> f_w x its tighten step;
+    bracketed (held at lo, missed at hi) and hi - lo > BISECT_TOLERANCE x hi -> (lo + hi) / 2, the
+    midpoint tried next; otherwise the highest share that held."""
+    out = dict(factors)
+    for w in sorted(set(held) | set(missed)):
+        f = factors.get(w, 1.0)
+        if w in missed and w not in held:
+            out[w] = f * steps.get(w, 1.0) if w in steps else f
+            continue
+        if w not in missed:
+            continue
+        lo, hi = held[w], missed[w]
+        out[w] = 0.5 * (lo + hi) if hi - lo > BISECT_TOLERANCE * hi else lo
+    return {w: round(f, 6) for w, f in out.items() if round(f, 6) < 1.0}
+
+
+def _factors_text(factors: dict[str, float]) -> str:
+    return ", ".join(f"{w} {f:.0%}" for w, f in sorted(factors.items())) or "100%"
+
+
+def _cheapest_change(misses: list[Miss], w: str) -> str:
+    """The loosest targets the last plan meets, and the other ways out."""
+    loose = [f"{m.what.lower()}: {m.simulated_s * 1.05:.3g}s" for m in misses if m.workload == w and m.simulated_s < float("inf")]
+    return ((f"loosen the target to what the plan reaches ({', '.join(loose)}), " if loose else "") +
+            "raise `budget` or offer faster GPUs so that more replicas share the load, or choose a lower `percentile`")
