@@ -119,3 +119,20 @@ def test_replan_reruns_the_earlier_passes_on_the_pipelines_input_quietly():
     assert seen == [(), (("chat", 0.5),)]
     assert logged.count("upstream ran") == 1  # the replan's passes log nothing
     assert [r.name for r in res.ir.reports] == ["upstream", "checker"]
+
+
+def test_profile_scales_its_remembered_shapes_exactly_as_computing_them_with_the_factors():
+    """verify's replans change only tail factors; profile reuses its shapes at factor 1 and scales
+    them. The result must be the very floats a fresh computation with the factors gives."""
+    from hetcompile.ir.lower import load_problem
+    from hetcompile.opt.solve import SolverOptions
+    from hetcompile.passes.base import PassContext
+    from hetcompile.passes.profile import Profile, enumerate_shapes, perf_table
+
+    ir, _, _ = load_problem(ROOT / "examples/chat-rag/spec.yaml")
+    ctx = PassContext(solver=SolverOptions())
+    Profile().run(ir, ctx)  # remembered at factor 1
+    for factors in ((("chat", 0.71),), (("chat", 0.5), ("rag", 0.875))):
+        scaled = ir.model_copy(update={"tail_factors": factors})
+        assert Profile().run(scaled, ctx).shapes == enumerate_shapes(scaled, perf_table(scaled))
+    assert Profile().run(ir, ctx).shapes != Profile().run(scaled, ctx).shapes

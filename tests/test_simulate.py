@@ -509,7 +509,7 @@ def test_decode_runs_and_ready_heaps_give_the_step_by_step_results_bit_for_bit(s
     # prefix-cache hits, and runs cut by `until` and by `stop` in the middle
     rms = [_rm(kv=[1e6, 3000, 1200][seed % 3], max_num_seqs=[8, 32][seed % 2]),
            _rm(kv=[1e6, 2500][seed % 2], depth=2, hop=1e-4), _rm(depth=4, max_num_seqs=16),
-           _rm(kv=1100, depth=3, max_num_seqs=24)]  # a pipeline that preempts: stale heap entries
+           _rm(kv=1100, depth=4, max_num_seqs=24)]  # a pipeline that preempts: stale heap entries
     trace = _trace(seed, 400, rate=[20.0, 60.0, 150.0][seed % 3])
     for until, stop_after in ((1e9, None), (trace[-1][0] * 0.5, None), (1e9, 250)):
         fast = _replay_exactly(rms, trace, True, until, stop_after)

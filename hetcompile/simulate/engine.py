@@ -64,6 +64,12 @@ from dataclasses import dataclass, field
 from hetcompile.perf.stepmodel import ReplicaModel
 
 
+# A pipeline this deep keeps its decode-ready sequences in a heap (ReplicaSim.ready); a shallower one
+# scans its running list, which costs less than the heap's pushes and pops below a few dozen sequences
+# (bench: three-regions' and llama70b-pp's PP-2 replicas ran 10-25% slower with the heap)
+READY_HEAP_DEPTH = 4
+
+
 @dataclass(slots=True)
 class Request:
     id: int
@@ -132,7 +138,7 @@ class ReplicaSim:
     prefilling: list = field(init=False, default_factory=list)
     run: "_DecodeRun | None" = field(init=False, default=None)  # the decode run in flight (module docstring)
     admitted: int = field(init=False, default=0)
-    # a pipeline (d > 1) has most running sequences in flight: instead of scanning all of them for
+    # a deep pipeline has most running sequences in flight: instead of scanning all of them for
     # the few a step may take, it keeps the decode-ready ones not in flight in a heap by admission
     # number (entries made stale by a preemption or a second push are skipped when popped); the
     # same sequences, in the same order, as the scan takes
@@ -146,7 +152,7 @@ class ReplicaSim:
         # what step_cost reads every step, built once: the model's coefficients as plain tuples
         self.terms = self.model.stage_terms()
         self.hops = tuple((h.latency_s, h.bandwidth) for h in self.model.hops)
-        self.ready = [] if self.depth > 1 else None
+        self.ready = [] if self.depth >= READY_HEAP_DEPTH else None
 
     # -- admission and batch formation ------------------------------------------------------------
 

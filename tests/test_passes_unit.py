@@ -1,0 +1,163 @@
+"""Each pass alone, on an IR built by hand: what it reads, what it writes, what it refuses.
+
+The spec is only lowered (ir/lower.py, no pass runs); the pass products a pass reads (a
+composition, replicas) are written here, small enough to check the pass's output by hand. The
+end-to-end builds (test_examples.py) check the passes together.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import ROOT
+from hetcompile.errors import PassError
+from hetcompile.ir.lower import load_problem
+from hetcompile.ir.problem import Composition, Problem, Replica, ShapeEstimate, Stage
+from hetcompile.opt.solve import SolverOptions
+from hetcompile.passes.base import PassContext, run_pipeline
+from hetcompile.passes.parallelize import Parallelize
+from hetcompile.passes.prune import Prune
+from hetcompile.passes.route import DEFAULT_TTFT_FACTOR, FIRST_BYTE_MAX_S, FIRST_BYTE_MIN_S, Route
+
+CTX = PassContext(solver=SolverOptions())
+
+
+def _ir() -> Problem:
+    """The quickstart, lowered: chat (763 -> 232 tokens, 6/s) and summarize (3000 -> 200, 1/s) on
+    llama-3.1-8b; L4 and A100 in us-central1, A10G in us-east-1."""
+    return load_problem(ROOT / "examples/quickstart/spec.yaml")[0]
+
+
+def _estimate(rps: dict[str, float], conc: dict[str, float], ttft: dict[str, float]) -> ShapeEstimate:
+    return ShapeEstimate(kv_capacity_tokens=50_000, prefill_tokens_per_s=9000.0, decode_tokens_per_s=1500.0,
+                         throughput_rps=tuple(rps.items()), concurrency=tuple(conc.items()),
+                         binding=tuple((w, "kv") for w in rps), ttft_s=tuple(ttft.items()))
+
+
+def _replica(rid: str, shape: str, stages: list[tuple[str, str, int, int, int]], est: ShapeEstimate,
+             dtype: str = "bfloat16") -> Replica:
+    """stages: (node, gpu, tp, layer_start, layer_end), all in us-central1."""
+    return Replica(id=rid, model="llama-3.1-8b", shape=shape, dtype=dtype, estimate=est,
+                   stages=tuple(Stage(node=n, gpu=g, region="us-central1", tp=t, layer_start=a, layer_end=b)
+                                for n, g, t, a, b in stages))
+
+
+EST = _estimate({"chat": 4.0, "summarize": 0.5}, {"chat": 40.0, "summarize": 8.0}, {"chat": 0.2, "summarize": 0.9})
+
+
+# -- prune -----------------------------------------------------------------------------------------
+
+def test_prune_changes_nothing_but_says_why() -> None:
+    ir = _ir().model_copy(update={"composition": Composition(counts=(), rates=(), scale=1.0, objective="max-throughput",
+                                                             binding=())})
+    out = Prune().run(ir, CTX)
+    assert out.model_copy(update={"reports": ()}) == ir
+    assert out.reports[-1].name == "prune" and "no links to prune" in out.reports[-1].notes[0]
+
+
+# -- parallelize -----------------------------------------------------------------------------------
+
+def test_parallelize_sets_dtype_and_marks_mixed_chains() -> None:
+    ir = _ir()
+    ir = ir.model_copy(update={
+        "models": tuple(m.model_copy(update={"dtype": "bfloat16"}) for m in ir.models),
+        "gpus": tuple(g.model_copy(update={"bf16": g.name != "L4"}) for g in ir.gpus),  # pretend L4 lacks bf16
+        "replicas": (_replica("r0", "a", [("n0", "A100", 1, 0, 32)], EST),
+                     _replica("r1", "b", [("n1", "A100", 1, 0, 16), ("n2", "L4", 1, 16, 32)], EST)),
+    })
+    out = Parallelize().run(ir, CTX)
+    r0, r1 = out.replicas
+    assert (r0.dtype, r0.mixed) == ("bfloat16", False)
+    assert (r1.dtype, r1.mixed) == ("float16", True)  # one stage lacks bf16: every node must agree on fp16
+    assert out.reports[-1].notes == ("r1: bf16 was asked for but a stage's GPU lacks bf16: using float16",)
+
+
+def test_parallelize_refuses_a_chain_with_two_tp_sizes() -> None:
+    ir = _ir().model_copy(update={"replicas": (_replica("r0", "a", [("n0", "A100", 1, 0, 16), ("n1", "A100", 2, 16, 32)], EST),)})
+    with pytest.raises(PassError, match="TP sizes"):
+        Parallelize().run(ir, CTX)
+
+
+# -- route -----------------------------------------------------------------------------------------
+
+def _routed(rates: tuple[tuple[str, str, float], ...], counts: tuple[tuple[str, int], ...]) -> Problem:
+    return _ir().model_copy(update={
+        "composition": Composition(counts=counts, rates=rates, scale=1.0, objective="max-throughput", binding=()),
+        "replicas": (_replica("r0", "big", [("n0", "A100", 1, 0, 32)], EST),
+                     _replica("r1", "small", [("n1", "L4", 1, 0, 32)], EST),
+                     _replica("r2", "small", [("n2", "L4", 1, 0, 32)], EST)),
+    })
+
+
+def test_route_weights_are_composes_rates_split_over_copies() -> None:
+    # big: chat 3/s; small (2 copies): chat 3/s and summarize 1/s in all
+    ir = _routed((("big", "chat", 3.0), ("small", "chat", 3.0), ("small", "summarize", 1.0)), (("big", 1), ("small", 2)))
+    table = Route().run(ir, CTX).routing
+    (model,) = table.models
+    classes = {c.name: c for c in model.classes}
+    assert {w.replica: w.weight for w in classes["chat"].weights} == {"r0": 0.5, "r1": 0.25, "r2": 0.25}
+    assert {w.replica: w.weight for w in classes["summarize"].weights} == {"r1": 0.5, "r2": 0.5}
+    # the shorter prompts' class matches below the geometric mean of the two inputs; the last takes the rest
+    assert classes["chat"].match.prompt_tokens_max == round(math.sqrt(763 * 3000))
+    assert classes["summarize"].match.prompt_tokens_max is None
+
+
+def test_route_admission_limits_follow_the_planned_mix() -> None:
+    ir = _routed((("big", "chat", 3.0), ("small", "chat", 3.0), ("small", "summarize", 1.0)), (("big", 1), ("small", 2)))
+    reps = {r.id: r for r in Route().run(ir, CTX).routing.replicas}
+    # r0 serves chat only: C = chat's 40, h = 4/s, budget = max(1 s, 4 x 0.2 s) -> Q = floor(4 x 1) = 4
+    assert (reps["r0"].planned_concurrency, reps["r0"].capacity_requests_per_s, reps["r0"].max_queue) == (40, 4.0, 4)
+    assert reps["r0"].first_byte_timeout_s == max(FIRST_BYTE_MIN_S, 4 * (1.0 + 0.2))
+    # r1: chat 1.5/s and summarize 0.5/s -> weights 3/4, 1/4
+    budget_s = max(1.0, DEFAULT_TTFT_FACTOR * 0.9)
+    assert reps["r1"].planned_concurrency == math.floor(0.75 * 40 + 0.25 * 8)
+    assert reps["r1"].max_queue == math.floor(0.75 * math.floor(4.0 * 1.0) + 0.25 * math.floor(0.5 * budget_s))
+    assert reps["r1"].first_byte_timeout_s == min(FIRST_BYTE_MAX_S, 4 * (budget_s + 0.9))
+
+
+def test_route_needs_replicas_and_a_composition() -> None:
+    with pytest.raises(PassError, match="needs `replicas`"):
+        run_pipeline(_ir(), (Route(),), CTX)
+
+
+# -- compose ---------------------------------------------------------------------------------------
+
+def _shapes_only(ir: Problem, keep: set[str]) -> Problem:
+    """The profile pass on the lowered spec, with its shapes cut to the single-GPU ones of `keep`."""
+    from hetcompile.passes.profile import Profile
+
+    out = Profile().run(ir, CTX)
+    return out.model_copy(update={"shapes": tuple(s for s in out.shapes if s.gpu in keep and s.tp * s.pp == 1)})
+
+
+def test_compose_buys_within_budget_and_availability_and_routes_every_served_rate() -> None:
+    ir = _shapes_only(_ir(), {"L4", "A100"})
+    from hetcompile.passes.compose import Compose
+
+    out = Compose().run(ir, CTX)
+    comp = out.composition
+    shapes = {s.id: s for s in ir.shapes}
+    price = sum(shapes[c].price_per_s * y for c, y in comp.counts)
+    assert 0 < price <= ir.budget_per_s * (1 + 1e-9)
+    offers = {o.id: o for o in ir.offers}
+    for c, y in comp.counts:
+        assert y <= offers[shapes[c].offer].max_nodes  # single-GPU nodes: one replica per node
+    # theta x demand is served, within each shape's planned capacity per copy
+    served = {w.name: 0.0 for w in ir.workloads}
+    for c, w, rate in comp.rates:
+        served[w] += rate
+        assert rate <= dict(comp.counts)[c] * dict(shapes[c].estimate.throughput_rps)[w] * (1 + 1e-6)
+    for w in ir.workloads:
+        assert served[w.name] == pytest.approx(comp.scale * w.demand, rel=1e-6)
+    assert comp.objective == "max-throughput" and out.reports[-1].status == "optimal"
+
+
+def test_compose_with_no_shape_that_fits_says_what_binds() -> None:
+    from hetcompile.errors import InfeasibleError
+    from hetcompile.passes.compose import Compose
+
+    ir = _shapes_only(_ir(), {"A100"}).model_copy(update={"budget_per_s": 0.5 / 3600})
+    with pytest.raises(InfeasibleError, match="budget"):
+        Compose().run(ir, CTX)
