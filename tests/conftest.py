@@ -74,11 +74,22 @@ def example_artifacts():
     return get
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`--dist loadgroup`), a file's tests stay on one worker (they share its
-    module-level builds), and the tests that start real vLLM servers all run on one worker, one at a
-    time: two CPU engines at once on 2 cores would starve each other."""
-    for item in items:
-        path = Path(str(item.fspath))
-        group = "engine" if path.parent.name == "engine" else path.stem
-        item.add_marker(pytest.mark.xdist_group(group))
+
+@pytest.fixture(autouse=True)
+def _one_engine_at_a_time(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The real-vLLM tests (marked `engine`) run one at a time, also under pytest-xdist: two CPU
+    engines at once on a 2-core machine starve each other, and startup and the sweeps' timings are
+    what these tests exercise. Each holds an exclusive lock on a file every worker of the run shares."""
+    if request.node.get_closest_marker("engine") is None:
+        yield
+        return
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp()  # under xdist <run>/popen-gwN: its parent is the run's, shared
+    lock = (root.parent if root.name.startswith("popen-gw") else root) / "engine.lock"
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -161,3 +161,62 @@ def test_compose_with_no_shape_that_fits_says_what_binds() -> None:
     ir = _shapes_only(_ir(), {"A100"}).model_copy(update={"budget_per_s": 0.5 / 3600})
     with pytest.raises(InfeasibleError, match="budget"):
         Compose().run(ir, CTX)
+
+
+# -- verify ----------------------------------------------------------------------------------------
+
+def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_plan_that_held(monkeypatch) -> None:
+    """The verify pass's loop on its own: a stand-in simulation that misses chat's TPOT above a
+    share of 0.8 of the tail model's load, and a stand-in replan that records the factors asked for."""
+    from hetcompile.passes import verify as vp
+    from hetcompile.plan.doc import VerifiedWorkload
+    from hetcompile.simulate.doc import SimulationDoc
+    from hetcompile.simulate.verify import Miss
+
+    asked: list[tuple] = []
+    base = _ir()
+
+    def replay_at(factors: tuple) -> tuple:
+        f = dict(factors).get("chat", 1.0)
+        ws = [VerifiedWorkload(name="chat", target="slo", percentile="p99", ttft_target_s=2.0, tpot_target_s=0.1,
+                               ttft_s=1.0, tpot_s=0.1 * f / 0.8, p99_ttft_s=1.0, p99_tpot_s=0.1 * f / 0.8,
+                               attainment=0.995 if f <= 0.8 else 0.9, met=f <= 0.8, factor=1.0)]
+        misses = [] if f <= 0.8 else [Miss("chat", "TPOT", "p99", 0.1 * f / 0.8, 0.1)]
+        doc = SimulationDoc(plan="q", spec_hash="h", arrivals="poisson", load=1.0, seed=0, policy="weighted",
+                            duration_s=100.0, warmup_s=10.0, workloads=(), replicas=(), unfinished=0)
+        return [doc], ws, misses
+
+    monkeypatch.setattr(vp, "plan_doc", lambda ir: ir.tail_factors)
+    monkeypatch.setattr(vp.replay, "verify", replay_at)
+
+    def replan(update: dict) -> Problem:
+        asked.append(update["tail_factors"])
+        return base.model_copy(update=update)
+
+    out = vp.Verify().run(base, PassContext(solver=SolverOptions(), replan=replan))
+    # 1.0 missed (0.125 s > 0.1 s): x 0.8; 0.8 held; then bisect between 0.8 and the lowest miss, 5 plans in all
+    assert [dict(t)["chat"] for t in asked] == pytest.approx([0.8, 0.9, 0.85, 0.825])
+    # the result is the plan that held, with its round's verification and the pass's report
+    assert out.tail_factors == (("chat", 0.8),) and out.verification.rounds == 2
+    assert out.reports[-1].name == "verify" and out.reports[-1].status == "met"
+    assert "chat planned at 80% of the tail model's load" in out.reports[-1].notes
+
+
+# -- place -----------------------------------------------------------------------------------------
+
+def test_place_lowers_each_composed_copy_to_a_chain_covering_the_model() -> None:
+    from hetcompile.passes.compose import Compose
+    from hetcompile.passes.place import Place
+
+    composed = Compose().run(_shapes_only(_ir(), {"L4", "A100"}), CTX)
+    out = Place().run(composed, CTX)
+    counts = dict(composed.composition.counts)
+    assert len(out.replicas) == sum(counts.values())
+    assert sorted({r.id for r in out.replicas}) == sorted(r.id for r in out.replicas)  # ids unique
+    layers = composed.models[0].arch.layers
+    for r in out.replicas:
+        assert r.shape in counts
+        assert [(s.layer_start, s.layer_end) for s in r.stages] == [(0, layers)]  # single-GPU shapes: one stage
+        assert {s.node for s in r.stages} <= {n.id for n in out.nodes}
+    assert sum(n.price_per_s for n in out.nodes) == pytest.approx(
+        sum(s.price_per_s * counts[s.id] for s in composed.shapes if s.id in counts))

@@ -535,3 +535,21 @@ def test_decode_runs_do_run() -> None:
     finally:
         ReplicaSim.decode_run = real
     assert sum(1 for r in runs if r is not None) > 10
+
+
+def test_a_rebuild_removes_the_simulation_and_charts_of_another_plan(tmp_path: Path) -> None:
+    """explain shows OUT/simulation.json under the plan: a build into a folder that holds one of
+    another spec (or a chart this plan does not draw) removes it; one of this spec stays."""
+    from conftest import build
+    from hetcompile.backends.emit import write
+
+    ir = build(ROOT / "examples/tiny-cpu/spec.yaml").ir
+    out = tmp_path / "out"
+    (out / "charts").mkdir(parents=True)
+    (out / "simulation.json").write_text(json.dumps({"plan": "old", "spec_hash": "sha256:other"}))
+    (out / "charts" / "frontier.svg").write_text("<svg/>")
+    write(ir, out)
+    assert not (out / "simulation.json").exists() and not (out / "charts" / "frontier.svg").exists()
+    (out / "simulation.json").write_text(json.dumps({"plan": ir.name, "spec_hash": ir.spec_hash}))
+    write(ir, out)
+    assert (out / "simulation.json").exists()

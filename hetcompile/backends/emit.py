@@ -53,13 +53,24 @@ def _inside(out: Path, rel: str) -> Path:
     return path
 
 
-def stale(out: Path, files: dict[str, str]) -> list[Path]:
-    """Per-replica artifacts an earlier build left in `out` that this plan does not have: sky/<id>.yaml
-    and vllm/<id>/ of replicas no longer in it (a deploy must not find, nor a person trust, them).
-    Everything else there (deploy/ with its record, secrets, simulation.json) is left alone."""
+def stale(out: Path, files: dict[str, str], spec_hash: str | None = None) -> list[Path]:
+    """What an earlier build left in `out` that describes another plan: sky/<id>.yaml and vllm/<id>/
+    of replicas no longer in it (a deploy must not find, nor a person trust, them), charts/*.svg this
+    plan does not draw, and a simulation.json (`hetcompile simulate`) of another spec (explain would
+    show its numbers under this plan). Everything else there (deploy/ with its record, secrets) is
+    left alone."""
     old = [f for f in sorted((out / "sky").glob("*.yaml")) if f"sky/{f.name}" not in files]
     dirs = {rel.split("/")[1] for rel in files if rel.startswith("vllm/")}
     old += [d for d in sorted((out / "vllm").glob("*")) if d.is_dir() and d.name not in dirs]
+    old += [f for f in sorted((out / "charts").glob("*.svg")) if f"charts/{f.name}" not in files]
+    sim = out / "simulation.json"
+    if spec_hash is not None and sim.is_file():
+        try:
+            simulated = json.loads(sim.read_text()).get("spec_hash")
+        except (OSError, ValueError, AttributeError):
+            simulated = None
+        if simulated != spec_hash:
+            old.append(sim)
     return old
 
 
@@ -67,7 +78,7 @@ def write(ir: Problem, out: Path, pictures: Pictures | None = None) -> list[Path
     out.mkdir(parents=True, exist_ok=True)
     written = []
     files = artifacts(ir, pictures)
-    for path in stale(out, files):
+    for path in stale(out, files, ir.spec_hash):
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     for rel, text in files.items():
         path = _inside(out, rel)

@@ -216,10 +216,10 @@ def workload_deltas(old: PlanDoc, new: PlanDoc) -> tuple[WorkloadDelta, ...]:
     for w in sorted(set(sa) | set(sb)):
         vals = dict(
             old_served=sa.get(w), new_served=sb.get(w), old_capacity=ka.get(w), new_capacity=kb.get(w),
-            old_ttft_s=rates.mean_latency(old, w, "ttft_s") if w in sa else None,
-            new_ttft_s=rates.mean_latency(new, w, "ttft_s") if w in sb else None,
-            old_tpot_s=rates.mean_latency(old, w, "tpot_s") if w in sa else None,
-            new_tpot_s=rates.mean_latency(new, w, "tpot_s") if w in sb else None,
+            old_ttft_s=rates.planned_latency(old, w, "ttft_s") if w in sa else None,
+            new_ttft_s=rates.planned_latency(new, w, "ttft_s") if w in sb else None,
+            old_tpot_s=rates.planned_latency(old, w, "tpot_s") if w in sa else None,
+            new_tpot_s=rates.planned_latency(new, w, "tpot_s") if w in sb else None,
         )
         if any(not _same(vals[f"old_{k}"], vals[f"new_{k}"]) for k in ("served", "capacity", "ttft_s", "tpot_s")):
             rows.append(WorkloadDelta(workload=w, **vals))

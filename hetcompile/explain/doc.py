@@ -96,7 +96,7 @@ def explanation_doc(e: Explanation) -> Doc:
          for r in e.replicas for st in r.stages],
     )
     loads = _table(
-        ("replica", "workload", "weight", "routed req/s", "capacity req/s", "time share", "C", "C limited by", "TTFT s", "TPOT s"),
+        ("replica", "workload", "weight", "routed req/s", "capacity req/s", "time share", "C", "C limited by", "est. TTFT s", "est. TPOT s"),
         [(r.id, ld.workload, num(ld.weight), num(ld.routed_requests_per_s), num(ld.capacity_requests_per_s),
           pct(ld.time_share), num(ld.concurrency), ld.concurrency_limit, num(ld.ttft_s), num(ld.tpot_s))
          for r in e.replicas for ld in r.workloads],
@@ -109,7 +109,7 @@ def explanation_doc(e: Explanation) -> Doc:
                                 "helix_flow") if r.placement[k] is not None]
             chains[i] += "; placement: " + ", ".join(f"{k} {_scalar(r.placement[k])}" for k in keys)
     workloads = _table(
-        ("workload", "model", "demand", "served req/s", "capacity req/s", "replicas", "mean TTFT s", "mean TPOT s"),
+        ("workload", "model", "demand", "served req/s", "capacity req/s", "replicas", "p99 TTFT s", "p99 TPOT s"),
         [(w.name, w.model, f"{num(w.demand)} ({w.demand_kind})", num(w.served_requests_per_s), num(w.capacity_requests_per_s),
           ", ".join(w.replicas), num(w.ttft_s), num(w.tpot_s)) for w in e.workloads],
     )
@@ -142,8 +142,10 @@ def explanation_doc(e: Explanation) -> Doc:
         Section("Bottleneck of each chain", tuple(chains)),
         Section("Stages", (stages, "work share = (layers / TP) over the heaviest stage's; a stage's busy time is the "
                                    "replica's times its work share.")),
-        Section("Load per replica and workload", (loads,)),
-        Section("Workloads", (workloads, "capacity = every replica at full load with its planned mix of workloads.")),
+        Section("Load per replica and workload", (loads, "est. TTFT and TPOT: the replica's estimate, at full load for a "
+                                                          "workload without an SLO, at the SLO's percentile and the planned load with one.")),
+        Section("Workloads", (workloads, "capacity = every replica at full load with its planned mix of workloads; p99 TTFT "
+                                         "and TPOT at the planned load, by the tail model on the worst routed replica (plan.md's).")),
         Section("Cost", tuple(cost_lines)),
         Section("Bound and gap", (e.solver.text + ".", passes)),
         Section("Where the estimates come from", tuple(estimates)),
@@ -273,7 +275,7 @@ def diff_doc(d: PlanDiff) -> Doc:
                                  [_metric_row(t.metric, t.old, t.new, t.delta) for t in d.totals]))
         if d.workloads:
             blocks.append(_table(
-                ("workload", "served req/s", "capacity req/s", "mean TTFT s", "mean TPOT s"),
+                ("workload", "served req/s", "capacity req/s", "p99 TTFT s", "p99 TPOT s"),
                 [(w.workload, f"{num(w.old_served)} -> {num(w.new_served)}", f"{num(w.old_capacity)} -> {num(w.new_capacity)}",
                   f"{num(w.old_ttft_s)} -> {num(w.new_ttft_s)}", f"{num(w.old_tpot_s)} -> {num(w.new_tpot_s)}") for w in d.workloads]))
         sections.append(Section("Throughput, cost and latency", tuple(blocks)))

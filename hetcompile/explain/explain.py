@@ -241,7 +241,7 @@ def workload_views(plan: PlanDoc) -> tuple[WorkloadView, ...]:
             input_tokens=w.input_tokens, output_tokens=w.output_tokens,
             served_requests_per_s=w.served_requests_per_s, capacity_requests_per_s=cap[name],
             replicas=tuple(sorted(r.id for r in plan.replicas if rates.weight(plan, name, r.id) > rates.EPS)),
-            ttft_s=rates.mean_latency(plan, name, "ttft_s"), tpot_s=rates.mean_latency(plan, name, "tpot_s"),
+            ttft_s=rates.planned_latency(plan, name, "ttft_s"), tpot_s=rates.planned_latency(plan, name, "tpot_s"),
         ))
     return tuple(out)
 

@@ -163,8 +163,8 @@ class WorkloadView(Frozen):
     served_requests_per_s: Annotated[float, Field(description="s_w")]
     capacity_requests_per_s: Annotated[float, Field(description="K_w: all replicas at full load, planned mix")]
     replicas: Annotated[tuple[str, ...], Field(description="replicas routed some of it")]
-    ttft_s: Annotated[float | None, Field(description="routing-weighted mean TTFT")]
-    tpot_s: Annotated[float | None, Field(description="routing-weighted mean TPOT")]
+    ttft_s: Annotated[float | None, Field(description="p99 TTFT at the planned load (plan.json's predicted: the tail model, worst routed replica)")]
+    tpot_s: Annotated[float | None, Field(description="p99 TPOT at the planned load (as ttft_s)")]
 
 
 class Summary(Frozen):
@@ -278,10 +278,10 @@ class WorkloadDelta(Frozen):
     new_served: Annotated[float | None, Field(description="s_w in the new plan")]
     old_capacity: Annotated[float | None, Field(description="K_w of the old plan")]
     new_capacity: Annotated[float | None, Field(description="K_w of the new plan")]
-    old_ttft_s: Annotated[float | None, Field(description="routing-weighted mean TTFT in the old plan, s")]
-    new_ttft_s: Annotated[float | None, Field(description="routing-weighted mean TTFT in the new plan, s")]
-    old_tpot_s: Annotated[float | None, Field(description="routing-weighted mean TPOT in the old plan, s")]
-    new_tpot_s: Annotated[float | None, Field(description="routing-weighted mean TPOT in the new plan, s")]
+    old_ttft_s: Annotated[float | None, Field(description="p99 TTFT at the old plan's planned load, s")]
+    new_ttft_s: Annotated[float | None, Field(description="p99 TTFT at the new plan's planned load, s")]
+    old_tpot_s: Annotated[float | None, Field(description="p99 TPOT at the old plan's planned load, s")]
+    new_tpot_s: Annotated[float | None, Field(description="p99 TPOT at the new plan's planned load, s")]
 
 
 class Unit(Frozen):

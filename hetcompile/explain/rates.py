@@ -106,17 +106,15 @@ def stage_times(plan: PlanDoc, replica: PlanReplica) -> list[float]:
     return list(fluid_capacity(sm, i, o).stage_times)
 
 
-def mean_latency(plan: PlanDoc, w: str, key: str) -> float | None:
-    """sum_r p_{r,w} key_{r,w}: the latency a request of w sees on average (key: ttft_s or tpot_s)."""
-    total, seen = 0.0, 0.0
-    for r in plan.replicas:
-        p = weight(plan, w, r.id)
-        e = estimate(r, w)
-        v = None if e is None else getattr(e, key)
-        if p > EPS and v is not None:
-            total += p * v
-            seen += p
-    return total / seen if seen > EPS else None
+def planned_latency(plan: PlanDoc, w: str, key: str) -> float | None:
+    """What plan.md states for workload w: its p99 TTFT or TPOT (key: ttft_s or tpot_s) at the
+    planned load, by the tail model on the worst routed replica (plan.json's `predicted`). The
+    replicas' own estimates are full-load figures for a workload without an SLO, so a mean of them
+    is neither what a request sees at the planned load nor comparable with a p99."""
+    wl = next((x for x in plan.workloads if x.name == w), None)
+    if wl is None or wl.predicted is None:
+        return None
+    return getattr(wl.predicted, key)
 
 
 def replica_gpus(replica: PlanReplica) -> int:

@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from hetcompile.frozen import Frozen
 from hetcompile.ir.routing import RoutingTable
+from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION
 from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
 from hetcompile.plan.doc import Alternatives, Binding, ModelPlacement, PrimaryWorkers, Verification, WhatItWouldTake
 from hetcompile.perf.stepmodel import ReplicaModel
@@ -291,7 +292,7 @@ class Problem(Frozen):
     engine: Engine
     measured: tuple[MeasuredShape, ...] = ()
     measured_only: bool = False
-    max_utilization: Annotated[float, Field(gt=0, le=1, description="headroom: most of h_{c,w} a replica is planned at")] = 0.85
+    max_utilization: Annotated[float, Field(gt=0, le=1, description="headroom: most of h_{c,w} a replica is planned at")] = DEFAULT_MAX_UTILIZATION
     max_ttft_slowdown: Annotated[float | None, Field(gt=1, description="without an SLO: p99 TTFT / idle TTFT bound (perf/tail.py); "
                                                                  "None: none")] = None
     tail_factors: tuple[tuple[str, float], ...] = Field(

@@ -17,6 +17,7 @@ from typing import Annotated, Callable, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION, DEFAULT_TTFT_SLOWDOWN
 from hetcompile.plan.doc import Percentile
 from hetcompile.ir import units
 from hetcompile.names import Name, PlanName
@@ -343,15 +344,14 @@ class Spec(_Spec):
     network: Annotated[NetworkSpec, Field(default_factory=NetworkSpec, description="links between nodes")]
     budget: Annotated[PricePerHour | None, Field(default=None, description="$ per hour for the whole plan")] = None
     max_utilization: Annotated[
-        Share, Field(default=0.85, description="headroom: no replica is planned past this share of its full-load capacity "
-                     "(queues grow without bound near 100%); SLO workloads may be held lower by their targets")
-    ] = 0.85
-    # the default is perf/tail.py's DEFAULT_TTFT_SLOWDOWN (a test holds them equal: ir/ does not import perf/)
+        Share, Field(default=DEFAULT_MAX_UTILIZATION, description="headroom: no replica is planned past this share of its "
+                     "full-load capacity (queues grow without bound near 100%); SLO workloads may be held lower by their targets")
+    ] = DEFAULT_MAX_UTILIZATION
     max_ttft_slowdown: Annotated[
-        float | None, Field(default=5.0, gt=1, description="queueing bound for workloads without an SLO: a replica is "
+        float | None, Field(default=DEFAULT_TTFT_SLOWDOWN, gt=1, description="queueing bound for workloads without an SLO: a replica is "
                             "loaded so that their p99 TTFT stays within this multiple of the TTFT on the idle replica, and the "
                             "build checks it by simulating the whole plan; null: max_utilization alone, nothing simulated")
-    ] = 5.0
+    ] = DEFAULT_TTFT_SLOWDOWN
     objective: Annotated[Objective, Field(default="max-throughput", description="what to optimize")] = "max-throughput"
     solver: Annotated[SolverSpec, Field(default_factory=SolverSpec, description="solver settings")]
     engine: Annotated[EngineSpec, Field(default_factory=EngineSpec, description="vLLM settings")]

@@ -27,6 +27,7 @@ from pydantic import Field
 from hetcompile.frozen import Frozen
 from hetcompile.names import Name, NodeId, PlanName, ReplicaId
 from hetcompile.perf.stepmodel import ReplicaModel
+from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION
 
 PLAN_FORMAT = "hetcompile-plan/1"
 
@@ -397,7 +398,7 @@ class PlanDoc(Frozen):
         Field(description="mixed pipelines: Hetis primary-worker selection per replica, GPUs left out and what they would add "
                           "as attention workers (absent when selection changed nothing)"),
     ] = None
-    max_utilization: Annotated[float, Field(description="headroom: the most of its full-load capacity a replica is planned at")] = 0.85
+    max_utilization: Annotated[float, Field(description="headroom: the most of its full-load capacity a replica is planned at")] = DEFAULT_MAX_UTILIZATION
     max_ttft_slowdown: Annotated[float | None, Field(description="without an SLO: p99 TTFT within this multiple of the idle TTFT "
                                                                  "(null: no such bound)")] = None
     verification: Annotated[
