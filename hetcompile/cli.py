@@ -16,7 +16,7 @@ from rich.console import Console
 
 from hetcompile.ir import human
 from hetcompile import __version__
-from hetcompile.errors import HetcompileError
+from hetcompile.errors import EXIT_INTERNAL, HetcompileError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Compile LLM serving specs into plans for mixed GPU fleets.")
@@ -29,7 +29,7 @@ def _fail(exc: HetcompileError) -> None:
     if _state["debug"]:
         raise exc
     err.print(str(exc), markup=False)
-    raise typer.Exit(code=1)
+    raise typer.Exit(code=exc.exit_code)
 
 
 def _print_version(value: bool) -> None:
@@ -531,7 +531,7 @@ def main() -> None:
         if "--debug" in sys.argv:
             raise
         err.print(str(exc), markup=False)
-        sys.exit(1)
+        sys.exit(exc.exit_code)
     except OSError as exc:
         if "--debug" in sys.argv:
             raise
@@ -542,7 +542,7 @@ def main() -> None:
             raise
         err.print(f"internal error: {type(exc).__name__}: {exc}\n(a bug in hetcompile: rerun with --debug for the traceback "
                   "and report it)", markup=False)
-        sys.exit(2)
+        sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,20 @@ class Span:
         return f"{head}\n    {self.text}\n    {caret}"
 
 
+# Exit statuses of the CLI (README, "Exit status"): a script can tell a spec to fix from a spec that
+# asks for the impossible, and both from a bug. deploy/migrate add their own: 2 preflight refused,
+# 3 capacity gap refused.
+EXIT_ERROR = 1  # anything else the user can fix: a file, an option, a profile, a failed deploy
+EXIT_SPEC = 4  # the spec is malformed (the message points at its line)
+EXIT_INFEASIBLE = 5  # the spec is well formed, no plan satisfies it (the message names what binds)
+EXIT_INTERNAL = 6  # the solver failed, a pass broke an invariant, or an unexpected exception: a bug to report
+
+
 class HetcompileError(Exception):
     """Base of every error hetcompile reports to a user."""
 
     kind = "error"
+    exit_code = EXIT_ERROR
 
     def __init__(self, message: str, span: Span | None = None, hint: str | None = None):
         self.message = message
@@ -56,24 +66,28 @@ class SpecError(HetcompileError):
     """The spec is malformed: unknown key, bad unit, unknown GPU or model, wrong type."""
 
     kind = "spec error"
+    exit_code = EXIT_SPEC
 
 
 class InfeasibleError(HetcompileError):
     """The spec is well formed but no plan satisfies it; the message names the binding constraint."""
 
     kind = "infeasible"
+    exit_code = EXIT_INFEASIBLE
 
 
 class SolverError(HetcompileError):
     """The solver failed or gave no usable answer (not infeasibility)."""
 
     kind = "solver error"
+    exit_code = EXIT_INTERNAL
 
 
 class PassError(HetcompileError):
     """A pass broke an IR invariant: a bug in hetcompile, reported with the pass name."""
 
     kind = "pass error"
+    exit_code = EXIT_INTERNAL
 
 
 class BackendError(HetcompileError):

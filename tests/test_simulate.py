@@ -553,3 +553,18 @@ def test_a_rebuild_removes_the_simulation_and_charts_of_another_plan(tmp_path: P
     (out / "simulation.json").write_text(json.dumps({"plan": ir.name, "spec_hash": ir.spec_hash}))
     write(ir, out)
     assert (out / "simulation.json").exists()
+
+
+def test_simulated_load_is_plan_mds_busy_not_the_stepping_share() -> None:
+    """simulation.json's replica utilization is what plan.md and explain call busy (served over
+    full-load capacity), measured; the share of time with a step in flight is near 1 at any real load
+    and is reported apart (`stepping`), never as the replica's load."""
+    from hetcompile.explain.rates import utilisation
+
+    plan = read_plan_doc(GOLDEN / "quickstart" / "plan.json")
+    doc = simulate(plan, poisson_arrivals(plan, 300.0, 3), 300.0, seed=3)
+    planned = {r.id: utilisation(plan, r) for r in plan.replicas}
+    for r in doc.replicas:
+        assert 0.75 * planned[r.id] <= r.utilization <= 1.25 * planned[r.id], (r.id, r.utilization, planned[r.id])
+        assert r.stepping > r.utilization
+    assert max(planned.values()) < 0.9

@@ -43,9 +43,9 @@ def simulation_section(sim: SimulationDoc) -> Section:
         offered = f"{sim.arrivals} arrivals at {num(sim.load)}x the planned rates for {num(sim.duration_s)} s"
     intro = (f"{offered} (first {num(sim.warmup_s)} s not measured), seed {sim.seed}, router policy {sim.policy}; "
              "rates in requests/s, TTFT and TPOT in ms")
-    reps = ", ".join(f"{r.id} {pct(r.utilization)} busy" + (f" ({r.preemptions} preemptions)" if r.preemptions else "")
+    reps = ", ".join(f"{r.id} {pct(r.utilization)}" + (f" ({r.preemptions} preemptions)" if r.preemptions else "")
                      for r in sim.replicas)
-    blocks: tuple = (intro, table, f"replicas: {reps}")
+    blocks: tuple = (intro, table, f"replicas, load served over full-load capacity (plan.md's busy): {reps}")
     if sim.unfinished:
         blocks += (f"- {sim.unfinished} requests were still queued when the drain limit was reached: the plan is overloaded",)
     return Section("Simulation (simulation.json)", blocks)

@@ -100,7 +100,19 @@ def validation_to_spec_error(exc: ValidationError, smap: SourceMap, root: type[B
             smap.value(loc[:-1]),
             hint=f"add `{loc[-1]}:` ({desc})" if desc else f"add `{loc[-1]}:`",
         )
+    if err["type"] == "literal_error" and loc:
+        allowed = [str(v).strip("'") for v in str(err.get("ctx", {}).get("expected", "")).replace(" or ", ", ").split(", ") if v]
+        given = str(err.get("input", ""))
+        alias = ALIASES.get(given.lower())
+        guess = alias if alias in allowed else did_you_mean(given, allowed)
+        return SpecError(f"{field}: {given!r} is not one of {', '.join(allowed)}" + (f"; did you mean {guess!r}?" if guess else ""),
+                         smap.value(loc))
     return SpecError(f"{field}: {_describe(err)}", smap.value(loc))
+
+
+# names people write for a choice that spelling distance does not find
+ALIASES = {"k8s": "kubernetes", "kube": "kubernetes", "amazon": "aws", "google": "gcp", "microsoft": "azure",
+           "digitalocean": "do", "oracle": "oci", "min_cost": "min-cost", "max_throughput": "max-throughput"}
 
 
 def read_spec(path: Path) -> tuple[Spec, SourceMap, bytes]:

@@ -46,7 +46,10 @@ class ReplicaResult(Frozen):
     preemptions: Annotated[int, Field(description="sequences preempted because the KV cache was full")]
     steps: Annotated[int, Field(description="engine steps (micro-batches)")]
     mean_step_tokens: Annotated[float, Field(description="tokens per engine step")]
-    utilization: Annotated[float, Field(description="busy time of the slowest stage over [0, duration] / duration")]
+    utilization: Annotated[float, Field(description="load, as plan.md and explain count it: the requests it completed in the "
+                                                    "measured window, per second, over its full-load capacity, summed over workloads")]
+    stepping: Annotated[float, Field(description="share of [0, duration] its slowest stage had a step in flight (a replica "
+                                                 "steps back to back while any request runs, so this is near 1 at any real load)")] = 0.0
 
 
 class SimulationDoc(Frozen):

@@ -254,15 +254,33 @@ def summarize(plan: PlanDoc, requests: list[Request], sims: list[ReplicaSim], du
             ttft_s=_pct(ttft), tpot_s=_pct(tpot),
             slo_ttft_s=slo.ttft_s if slo else None, slo_tpot_s=slo.tpot_s if slo else None, slo_attainment=att,
         ))
+    busy = replica_load(plan, requests, warmup, duration)
     reps = [ReplicaResult(id=s.id, completed=s.completed, preemptions=s.preemptions, steps=s.steps,
                           mean_step_tokens=s.step_tokens / s.steps if s.steps else 0.0,
-                          utilization=min(1.0, s.busy_s / duration)) for s in sims]
+                          utilization=busy.get(s.id, 0.0), stepping=min(1.0, s.busy_s / duration)) for s in sims]
     return SimulationDoc(
         plan=plan.plan, spec_hash=plan.spec_hash, arrivals=arrivals_name, load=load, seed=seed, policy="weighted",
         duration_s=duration, warmup_s=warmup, workloads=tuple(results), replicas=tuple(reps),
         # requests that arrived after the window only keep the load on; the run stops without them
         unfinished=sum(1 for r in requests if r.finish is None and r.arrival <= duration),
     )
+
+
+def replica_load(plan: PlanDoc, requests: list[Request], warmup: float, duration: float) -> dict[str, float]:
+    """U_r as plan.md and explain count it (explain/rates.utilisation), measured: sum over workloads
+    of the requests r completed in [warmup, duration] per second over r's full-load capacity
+    h_{r,w} (plan.json); a workload without a capacity counts as filling the replica."""
+    window = max(duration - warmup, 1e-9)
+    done: dict[tuple[str, str], int] = {}
+    for r in requests:
+        if r.finish is not None and warmup <= r.finish <= duration:
+            done[(r.replica, r.workload)] = done.get((r.replica, r.workload), 0) + 1
+    caps = {(rep.id, w): lw.capacity_requests_per_s for rep in plan.replicas for w, lw in rep.workloads.items()}
+    out: dict[str, float] = {}
+    for (rid, w), n in sorted(done.items()):
+        h = caps.get((rid, w), 0.0)
+        out[rid] = out.get(rid, 0.0) + (n / window / h if h > 0 else 1.0)
+    return out
 
 
 def _one_replica(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int,
