@@ -116,11 +116,16 @@ def build(
             f"(objective {num(t.objective_value)} {t.objective_unit}, bound {num(t.bound)}, gap {human.percent(t.gap)})",
             markup=False,
         )
+        if t.bound is None:  # say why, instead of a bare '-'
+            out.print(f"  bound: {t.bound_source.removeprefix('none: ')}", markup=False)
         for b in t.binding:
             out.print(f"  binds: {b.text}", markup=False)
         what_if = res.ir.composition.what_if if res.ir.composition is not None else None
         for line in (what_if.text if what_if is not None else ()):
             out.print(f"  takes: {line}", markup=False)
+        if what_if is None and previous is not None and res.ir.objective == "max-throughput":
+            out.print("  takes: not computed for a replan (--previous): the budget sweep would price the churn too; "
+                      "build without --previous to see what serving all demand takes", markup=False)
         v = res.ir.verification
         if v is not None:  # what the build's simulation measured (simulate/verify.py), one line
             held = "; ".join(

@@ -95,9 +95,12 @@ def test_bad_previous_is_a_clean_error(tmp_path):
 
 def test_cli_prints_what_stability_cost(old, tmp_path):
     r = CliRunner().invoke(app, ["build", str(LOST_A100), "-o", str(tmp_path / "o"), "--previous", str(old),
-                                 "--churn-penalty", "5%"])
+                                 "--churn-penalty", "5%", "--no-verify"])
     assert r.exit_code == 0, r.output
     assert "replanning against quickstart" in r.output and "stability gives up" in r.output
+    # the headline's '-' for bound and gap says why, and the missing what-if says so
+    assert "  bound: compose's bound includes the churn penalty of --previous" in r.output
+    assert "  takes: not computed for a replan (--previous)" in r.output
     r = CliRunner().invoke(app, ["build", str(LOST_A100), "-o", str(tmp_path / "o"), "--previous", str(old),
                                  "--churn-penalty", "lots"])
     assert r.exit_code == 1 and "--churn-penalty" in r.output
