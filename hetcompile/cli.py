@@ -437,7 +437,15 @@ def profile(
     out.print(f"step {1000 * fit.step_s:.3f} ms + {1e6 * fit.per_token_s:.3f} us/token + {1e9 * fit.per_kv_token_s:.3f} "
               f"ns/context token; request overhead {1000 * fit.request_s:.3f} ms; fit rel. RMSE {100 * fit.rel_rmse:.1f}% "
               f"over {fit.rows} points")
+    if fit.rel_rmse > FIT_WARN_RMSE:
+        err.print(f"warning: the fit misses the measurements by {100 * fit.rel_rmse:.0f}% (relative RMSE, above "
+                  f"{100 * FIT_WARN_RMSE:.0f}%): the linear step model does not describe this server's sweep well (a busy "
+                  "host, too few requests per point, or a server that changed during the sweep). A plan built on it "
+                  "inherits the error: profile again on an idle machine, with more --requests", markup=False, soft_wrap=True)
     err.print(f"wrote {output}")
+
+
+FIT_WARN_RMSE = 0.20  # `hetcompile profile` warns when its fit is further than this from its own measurements
 
 
 @app.command()

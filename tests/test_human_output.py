@@ -97,3 +97,13 @@ def test_build_line_reads_for_people(tmp_path) -> None:
     assert not EXPONENT.search(proc.stdout), line
     assert re.search(r"\d+(\.\d+)?k tokens/s", line), line
     assert "replicas on" in line or "replica on" in line
+
+
+def test_plan_md_states_max_model_len_and_each_replicas_machines() -> None:
+    """plan.md's replica table: --max-model-len, and how many machines of how many GPUs (a slice of a
+    bigger offer's machine says so)."""
+    from conftest import ROOT
+
+    md = (ROOT / "tests/golden/llama70b-pp/plan.md").read_text()
+    assert "| nodes |" in md and "| max model len |" in md
+    assert "| r3 | llama-3-70b | A10G x8 | 2 x 4-GPU | us-east-1 | 4 | 2 | 40,40 |" in md and "| 4096 |" in md

@@ -168,3 +168,17 @@ def test_profile_api_key_and_unauthorized(tmp_path: Path, monkeypatch) -> None:
     finally:
         server.shutdown()
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_a_profile_may_name_the_model_by_its_served_name(tmp_path: Path) -> None:
+    """`hetcompile profile --model` given the name the server answers to (what /v1/models lists): the
+    spec that includes the file loads it for the model that serves under that name."""
+    from hetcompile.ir.lower import load_problem
+
+    lines = "\n".join(f"    {k}: {v}" for k, v in COEFF.items())
+    spec = _spec(tmp_path, f"- model: tiny\n  gpu: L4\n  tp: 1\n  coefficients:\n{lines}\n")  # tiny-cpu serves as 'tiny'
+    ir, _, _ = load_problem(spec)
+    assert [m.model for m in ir.measured] == ["tiny-llama"]
+    spec.write_text(spec.read_text().replace("served_name: tiny\n", "served_name: other\n"))
+    with pytest.raises(SpecError, match="profile for unknown model 'tiny'"):
+        load_problem(spec)

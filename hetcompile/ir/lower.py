@@ -271,7 +271,11 @@ def _links(spec: Spec, smap: SourceMap) -> tuple[Link, ...]:
     return tuple(out)
 
 
-def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: dict[str, GpuType], workloads: set[str]) -> tuple[MeasuredShape, ...]:
+def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: dict[str, GpuType], workloads: set[str],
+              served: dict[str, str] | None = None) -> tuple[MeasuredShape, ...]:
+    """The spec's measured profiles. A profile may name its model by the spec's name or by the name
+    the server answers to (`served_name`: what `hetcompile profile --model` was given by a user
+    who read it off the server), which `served` maps back."""
     entries: list[tuple[MeasuredProfile, SourceMap, tuple]] = []
     for i, p in enumerate(spec.profiles):
         if isinstance(p, str):
@@ -281,8 +285,13 @@ def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: d
             entries.append((p, smap, ("profiles", i)))
     out = []
     for p, psmap, path in entries:
+        if p.model not in models and (served or {}).get(p.model) in models:
+            p = p.model_copy(update={"model": served[p.model]})
         if p.model not in models:
-            raise SpecError(f"profile for unknown model {p.model!r}", psmap.value(path + ("model",)))
+            guess = did_you_mean(p.model, sorted(models | set(served or {})))
+            raise SpecError(f"profile for unknown model {p.model!r}" + (f"; did you mean {guess!r}?" if guess else ""),
+                            psmap.value(path + ("model",)),
+                            hint=f"the spec's models are {', '.join(sorted(models))} (or the served_name each answers to)")
         gpu = _resolve_gpu(p.gpu, user, psmap, path + ("gpu",))
         if not p.has_numbers():
             raise SpecError(
@@ -388,7 +397,8 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
     workloads = _workloads(spec, smap, {m.name for m in models})
     warnings: list[str] = []
     offers, gpus = _offers(spec, smap, user, warnings)
-    measured = _measured(spec, smap, spec_path.parent, {m.name for m in models}, user, {w.name for w in workloads})
+    measured = _measured(spec, smap, spec_path.parent, {m.name for m in models}, user, {w.name for w in workloads},
+                         {m.served_name: m.name for m in models if m.served_name != m.name})
     for m in measured:
         if m.gpu not in {g.name for g in gpus}:
             gpus = tuple(sorted([*gpus, user.get(m.gpu.lower()) or catalog.lookup_gpu(m.gpu)], key=lambda g: g.name))
