@@ -109,9 +109,9 @@ def test_router_in_front_of_two_real_replicas(tmp_path: Path) -> None:
         assert chunks[-1].usage.completion_tokens == 6
         assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "length"
         # streamed, not one buffered blob. Not one chunk per token: a busy vLLM merges the tokens it
-    # produced since its last write into one chunk (3 chunks for 6 tokens in a CI run beside the
-    # other test worker)
-    assert len([ch for ch in chunks if ch.choices]) >= 2
+        # produced since its last write into one chunk (3 chunks for 6 tokens in a CI run beside the
+        # other test worker)
+        assert len([ch for ch in chunks if ch.choices]) >= 2
 
         chat = client.chat.completions.create(model=served, messages=[{"role": "user", "content": "hello world"}],
                                               max_tokens=5, temperature=0, extra_body={"ignore_eos": True})
