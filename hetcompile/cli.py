@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from hetcompile.ir import human
+from hetcompile.plan import human
 from hetcompile import __version__
 from hetcompile.errors import EXIT_INTERNAL, HetcompileError
 
@@ -348,7 +348,7 @@ def fill_endpoints(
 ) -> None:
     """Write replica endpoints (from `sky status --endpoint`) into a routing table."""
     from hetcompile.plan.canon import dumps_json
-    from hetcompile.ir.routing import RoutingTable
+    from hetcompile.plan.routing import RoutingTable
 
     try:
         rt = RoutingTable.model_validate_json(table.read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hetcompile.plan.canon import dumps_json
 from hetcompile.explain.model import json_schema as explain_schema
 from hetcompile.plan.doc import PlanDoc
-from hetcompile.ir.routing import RoutingTable
+from hetcompile.plan.routing import RoutingTable
 from hetcompile.ir.spec import Spec
 from hetcompile.simulate.doc import SimulationDoc
 

@@ -1,4 +1,4 @@
-"""Numbers for people (hetcompile/ir/human.py): SI suffixes, money, plurals, never an exponent."""
+"""Numbers for people (hetcompile/plan/human.py): SI suffixes, money, plurals, never an exponent."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from hetcompile.ir import human
+from hetcompile.plan import human
 
 EXPONENT = re.compile(r"\d[eE][+-]?\d")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hetcompile.plan.canon import canon
 from hetcompile.backends.templating import render
-from hetcompile.ir import human
+from hetcompile.plan import human
 
 
 def _f(x: object) -> str:

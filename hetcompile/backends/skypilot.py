@@ -21,7 +21,7 @@ from hetcompile.plan.canon import dumps_yaml, dumps_yaml_docs
 from hetcompile.backends.vllm import NodeScript
 from hetcompile.errors import BackendError
 from hetcompile.ir.problem import Problem, Replica
-from hetcompile.ir.routing import VLLM_KEY_ENV
+from hetcompile.plan.routing import VLLM_KEY_ENV
 
 HEREDOC = "HETCOMPILE_NODE_SCRIPT"
 ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"

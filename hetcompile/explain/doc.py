@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from hetcompile.explain.model import Explanation, PlanDiff, Step
 from hetcompile.plan.doc import ModelPlacement, PrimaryWorkers
-from hetcompile.ir import human
+from hetcompile.plan import human
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Doc:
 
 
 def num(x: float | None, digits: int = 4) -> str:
-    """A number for a person (SI suffix from 10k on, never an exponent): hetcompile/ir/human.py."""
+    """A number for a person (SI suffix from 10k on, never an exponent): hetcompile/plan/human.py."""
     return human.number(x, digits)
 
 

@@ -17,7 +17,7 @@ Bottleneck of a chain, from the per-workload `binding` the profile pass records
 
 from __future__ import annotations
 
-from hetcompile.ir import human
+from hetcompile.plan import human
 from collections import defaultdict
 
 from hetcompile.explain import rates

@@ -19,7 +19,7 @@ import io
 
 from hetcompile.explain import diagram
 from hetcompile.explain.explain import explain_plan
-from hetcompile.ir import human
+from hetcompile.plan import human
 from hetcompile.plan.doc import PlanDoc
 
 

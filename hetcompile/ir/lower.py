@@ -29,7 +29,7 @@ from hetcompile.ir.problem import (
 )
 from hetcompile.ir.spec import LayerProfileSpec, MeasuredProfile, Spec
 from hetcompile.ir.yaml_spans import SourceMap
-from hetcompile.ir import human
+from hetcompile.plan import human
 from hetcompile.perf import catalog, clouds
 from hetcompile.perf.tail import DEFAULT_PERCENTILE, PERCENTILES
 

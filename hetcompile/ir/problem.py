@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from hetcompile.frozen import Frozen
-from hetcompile.ir.routing import RoutingTable
+from hetcompile.plan.routing import RoutingTable
 from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION
 from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
 from hetcompile.plan.doc import Alternatives, Binding, ModelPlacement, PrimaryWorkers, Verification, WhatItWouldTake

@@ -27,7 +27,7 @@ from hetcompile.explain import diff_plans, read_plan
 from hetcompile.explain.model import Migration, Routed, Unit
 from hetcompile.errors import HetcompileError
 from hetcompile.plan.doc import PlanDoc
-from hetcompile.ir.routing import ReplicaWeight, RoutedReplica, RoutingTable
+from hetcompile.plan.routing import ReplicaWeight, RoutedReplica, RoutingTable
 from hetcompile.migrate.planner import Plans, State, apply, plan_migration
 
 ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"

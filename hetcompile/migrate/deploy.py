@@ -27,7 +27,7 @@ from pathlib import Path
 from hetcompile.plan.canon import natural_key
 from hetcompile.explain import read_plan
 from hetcompile.plan.doc import PlanDoc
-from hetcompile.ir.routing import RoutingTable
+from hetcompile.plan.routing import RoutingTable
 from hetcompile.migrate.actions import (
     Action, Rollout, RolloutError, _port, _table, _task, rollout_from,
 )

@@ -22,7 +22,7 @@ least capacity; the dips this forces are reported, step by step, in `dips`.
 
 from __future__ import annotations
 
-from hetcompile.ir import human
+from hetcompile.plan import human
 from dataclasses import dataclass, field
 
 from hetcompile.plan.canon import natural_key

@@ -23,7 +23,7 @@ import math
 
 from dataclasses import dataclass, field, replace
 
-from hetcompile.ir import human
+from hetcompile.plan import human
 from hetcompile.errors import InfeasibleError
 from hetcompile.ir.problem import Composition, PassReport, Problem
 from hetcompile.plan.doc import Binding

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from hetcompile.ir import human
+from hetcompile.plan import human
 from hetcompile.ir.problem import Problem
 from hetcompile.plan.doc import Alternatives, FrontierPoint, RunnerUp
 from hetcompile.passes.compose_model import ComposeSolution, ComposeTables

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from hetcompile.ir import human
+from hetcompile.plan import human
 from hetcompile.ir.problem import Problem
 from hetcompile.plan.doc import Binding, Marginal, WhatItWouldTake
 from hetcompile.passes.compose_model import ComposeSolution, ComposeTables, solution_cost

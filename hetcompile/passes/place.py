@@ -27,7 +27,7 @@ Jiang et al., "Demystifying Cost-Efficiency in LLM Serving over Heterogeneous GP
 
 from __future__ import annotations
 
-from hetcompile.ir import human
+from hetcompile.plan import human
 import re
 import time
 from collections.abc import Sequence

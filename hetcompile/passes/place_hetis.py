@@ -25,7 +25,7 @@ Paper: "Hetis: Serving LLMs in Heterogeneous GPU Clusters with Fine-grained and 
 
 from __future__ import annotations
 
-from hetcompile.ir import human
+from hetcompile.plan import human
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace

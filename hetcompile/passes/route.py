@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from hetcompile.ir.problem import Problem
-from hetcompile.ir.routing import (
+from hetcompile.plan.routing import (
     VLLM_KEY_ENV,
     ClassMatch,
     ReplicaWeight,

@@ -1,6 +1,6 @@
 """The bundled router: an OpenAI-compatible reverse proxy in front of a plan's vLLM replicas.
 
-It reads `OUT/router/routing.json` (`hetcompile.ir.routing.RoutingTable`) and picks a replica
+It reads `OUT/router/routing.json` (`hetcompile.plan.routing.RoutingTable`) and picks a replica
 per request by the plan's policy: weighted (smooth WRR, Helix §5.1), kv-aware masking (Helix
 §5.2), workload-aware min-max (seed 004 Alg. 2), round-robin and least-outstanding.
 

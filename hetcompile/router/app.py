@@ -27,7 +27,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from hetcompile.ir.routing import POLICIES
+from hetcompile.plan.routing import POLICIES
 from hetcompile.router.health import HealthMonitor
 from hetcompile.router.metrics import RouterMetrics
 from hetcompile.router.proxy import Proxy, error_response, invalid_request

@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hetcompile.ir.routing import ClassMatch
+from hetcompile.plan.routing import ClassMatch
 
 
 class BadRequest(ValueError):

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from hetcompile.errors import HetcompileError
-from hetcompile.ir.routing import POLICIES
+from hetcompile.plan.routing import POLICIES
 from hetcompile.router.table import RouterError
 
 

@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from hetcompile.ir.routing import RoutedReplica
+from hetcompile.plan.routing import RoutedReplica
 from hetcompile.router.upstream import parse_endpoint
 
 log = logging.getLogger("hetcompile.router")

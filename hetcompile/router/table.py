@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from hetcompile.errors import HetcompileError
-from hetcompile.ir.routing import ClassMatch, RoutingTable
+from hetcompile.plan.routing import ClassMatch, RoutingTable
 from hetcompile.router.policies import Picker, make_picker
 from hetcompile.router.state import Limits, ReplicaState
 

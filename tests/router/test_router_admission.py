@@ -187,7 +187,7 @@ def test_route_pass_sizes_the_queue_to_drain_within_the_ttft_budget():
 def test_every_golden_routing_table_states_limits():
     from pathlib import Path
 
-    from hetcompile.ir.routing import RoutingTable
+    from hetcompile.plan.routing import RoutingTable
 
     tables = sorted(Path(__file__).resolve().parents[1].glob("golden/*/router/routing.json"))
     assert tables

@@ -7,7 +7,7 @@ import json
 import pytest
 from multidict import CIMultiDict
 
-from hetcompile.ir.routing import ClassMatch, HeaderMatch
+from hetcompile.plan.routing import ClassMatch, HeaderMatch
 from hetcompile.router.classify import (
     BadRequest,
     RequestInfo,

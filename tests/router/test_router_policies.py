@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from hetcompile.ir.routing import RoutedReplica
+from hetcompile.plan.routing import RoutedReplica
 from hetcompile.router.state import corrected_kv_usage
 from hetcompile.router.policies import (
     KvAwarePicker,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hetcompile.ir.routing import RoutingTable
+from hetcompile.plan.routing import RoutingTable
 from hetcompile.router.table import RouterError, compile_table, load_table
 
 from .util import klass, replica, table

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from hetcompile.ir.routing import RoutingTable
+from hetcompile.plan.routing import RoutingTable
 from hetcompile.router import Router, RouterOptions
 
 FAST = dict(
