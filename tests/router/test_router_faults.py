@@ -40,7 +40,11 @@ async def test_hanging_backend_with_healthy_probe_is_ejected_and_kept_out(tmp_pa
             # /health of a keeps answering 200 every 50 ms: still out during the back-off
             await asyncio.sleep(0.5)
             assert not st.healthy
-            # a second wave goes straight to b: no request waits for a's read timeout again
+            # a second wave goes straight to b: no request waits for a's read timeout again. The wave
+            # must fall inside the back-off: on a busy machine (a CI run beside the other test
+            # worker) the first wave and this one took longer than its 5 s, and a was readmitted
+            # mid-wave as it should be; so the back-off is stretched for this wave
+            st.passive_until = time.monotonic() + 60.0
             before = len(a.records)
             res = await fire(r.url, N, concurrency=N)
             assert [s for s, _ in res] == [200] * N and len(a.records) == before
