@@ -387,6 +387,9 @@ def _int_list(text: str, what: str) -> tuple[int, ...]:
     return vals
 
 
+FIT_WARN_RMSE = 0.20  # `hetcompile profile` warns when its fit is further than this from its own measurements
+
+
 @app.command()
 def profile(
     endpoint: str = typer.Argument(..., help="base URL of a running vLLM OpenAI server, e.g. http://10.0.0.5:8000"),
@@ -444,8 +447,6 @@ def profile(
                   "inherits the error: profile again on an idle machine, with more --requests", markup=False, soft_wrap=True)
     err.print(f"wrote {output}")
 
-
-FIT_WARN_RMSE = 0.20  # `hetcompile profile` warns when its fit is further than this from its own measurements
 
 
 @app.command()

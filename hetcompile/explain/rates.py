@@ -58,14 +58,9 @@ def routed(plan: PlanDoc, replica: PlanReplica) -> dict[str, float]:
 
 
 def utilisation(plan: PlanDoc, replica: PlanReplica) -> float:
-    """U_r; a routed workload without an estimate counts as fully using the replica."""
-    u = 0.0
-    for w, x in routed(plan, replica).items():
-        if x <= EPS:
-            continue
-        h = capacity(replica, w)
-        u += x / h if h and h > EPS else 1.0
-    return u
+    """U_r at the planned rates (PlanReplica.load); a routed workload without an estimate counts as
+    fully using the replica."""
+    return replica.load(routed(plan, replica), EPS)
 
 
 def full_load(plan: PlanDoc, replica: PlanReplica) -> dict[str, float]:

@@ -341,6 +341,18 @@ class PlanReplica(Frozen):
     price_per_hour: Annotated[float, Field(description="$/h of its nodes")]
     step_model: Annotated[ReplicaModel | None, Field(description="step times its capacity comes from (perf/stepmodel.py); the simulator replays them")] = None
 
+    def load(self, rates: dict[str, float], eps: float = 1e-12) -> float:
+        """U_r = sum_w x_{r,w} / h_{r,w}: the share of its full-load capacity the requests/s `rates`
+        take (plan.md's and explain's busy share for the planned rates, simulate's for the served
+        ones); a workload with rate but no capacity here counts as filling the replica."""
+        u = 0.0
+        for w, x in rates.items():
+            if x <= eps:
+                continue
+            h = self.workloads[w].capacity_requests_per_s if w in self.workloads else None
+            u += x / h if h and h > eps else 1.0
+        return u
+
 
 class Totals(Frozen):
     requests_per_s: float

@@ -109,7 +109,6 @@ class _DecodeRun:
     batch: _Batch
     ends: list[float]  # e_1 .. e_k
     times: list[float]  # t_2 .. t_k
-    live: bool = True
 
 
 @dataclass
@@ -476,7 +475,7 @@ class Driver:
         self.loop.at(run.ends[-1], self._run_done, rep, run, guard=False)
 
     def _run_done(self, rep: ReplicaSim, run: _DecodeRun) -> None:
-        if not run.live:
+        if rep.run is not run:  # cut back by settle: its next step is an ordinary event now
             return
         rep.apply_run(run, len(run.times))
         rep.run = None
@@ -487,11 +486,10 @@ class Driver:
         (at t when inclusive); its next step stays in flight as an ordinary event."""
         for rep in self.replicas.values():
             run = rep.run
-            if run is None or not run.live:
+            if run is None:
                 continue
             done = sum(1 for e in run.ends[:-1] if e < t or (inclusive and e == t))
             rep.apply_run(run, done)
-            run.live = False
             rep.run = None
             rep.stage_free[0] = run.ends[done]
             self.loop.at(run.ends[done], self._done, rep, run.batch, guard=False)

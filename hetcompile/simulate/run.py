@@ -267,20 +267,15 @@ def summarize(plan: PlanDoc, requests: list[Request], sims: list[ReplicaSim], du
 
 
 def replica_load(plan: PlanDoc, requests: list[Request], warmup: float, duration: float) -> dict[str, float]:
-    """U_r as plan.md and explain count it (explain/rates.utilisation), measured: sum over workloads
-    of the requests r completed in [warmup, duration] per second over r's full-load capacity
-    h_{r,w} (plan.json); a workload without a capacity counts as filling the replica."""
+    """U_r as plan.md and explain count it (PlanReplica.load), at the served rates: the requests r
+    completed in [warmup, duration] per second, per workload."""
     window = max(duration - warmup, 1e-9)
-    done: dict[tuple[str, str], int] = {}
+    done: dict[str, dict[str, int]] = {}
     for r in requests:
         if r.finish is not None and warmup <= r.finish <= duration:
-            done[(r.replica, r.workload)] = done.get((r.replica, r.workload), 0) + 1
-    caps = {(rep.id, w): lw.capacity_requests_per_s for rep in plan.replicas for w, lw in rep.workloads.items()}
-    out: dict[str, float] = {}
-    for (rid, w), n in sorted(done.items()):
-        h = caps.get((rid, w), 0.0)
-        out[rid] = out.get(rid, 0.0) + (n / window / h if h > 0 else 1.0)
-    return out
+            mine = done.setdefault(r.replica, {})
+            mine[r.workload] = mine.get(r.workload, 0) + 1
+    return {rep.id: rep.load({w: n / window for w, n in sorted(done.get(rep.id, {}).items())}) for rep in plan.replicas}
 
 
 def _one_replica(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int,
