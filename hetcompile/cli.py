@@ -226,9 +226,13 @@ def _dry_run(ro, head: str, timeout_s: float) -> None:
     out.print(f"{head}: {ro.migration.mode}, {human.plural(len(ro.actions), 'step')} (dry run)", markup=False)
     for note in ro.notes:
         out.print(f"  note: {note}", markup=False)
+    for check in ro.migration.checks:
+        out.print(f"  {check}", markup=False)
     for a in ro.actions:
         cmd = " ".join(a.argv) if a.argv else f"sky exec {ro.router_cluster} {ro.new_dir}/{ro.work}/reload.yaml (table: " \
             f"{', '.join(t for t, _, _ in a.endpoints)})"
+        if a.stop:
+            cmd = " ".join(a.stop) + "\n    " + cmd
         out.print(f"[{a.index}] {a.text}\n    {cmd}", markup=False)
     for g in capacity_gaps(ro):
         out.print(f"refused unless --allow-capacity-gap: {gap_text(g, timeout_s)}", markup=False)
@@ -243,6 +247,7 @@ def deploy(
     health_timeout: str = typer.Option("20min", "--health-timeout", help="how long a launched replica may take to answer /health"),
     drain: str = typer.Option("60s", "--drain", help="the longest wait for a drained replica's in-flight requests"),
     health_poll: float = typer.Option(10.0, "--health-poll", help="seconds between /health probes of a launching replica"),
+    parallel: int = typer.Option(8, "--parallel", min=1, help="launches (and teardowns) next to each other in the plan run this many at once"),
 ) -> None:
     """Make the running fleet match OUT's plan: launch what is missing, replace what changed, tear
     down what no longer belongs, in a capacity-safe order. Re-running converges; a second run launches nothing."""
@@ -275,12 +280,17 @@ def deploy(
     except pf.PreflightFailed as exc:
         err.print(f"deploy: {exc}", markup=False)
         raise typer.Exit(2) from None
-    rc = Runner(d.rollout, env=env, health_timeout=timeout_s, drain_s=drain_s, poll=health_poll, log=lambda m: out.print(m, markup=False),
-                after=dep.recorder(d), allow_gap=allow_capacity_gap).run()
+    runner = Runner(d.rollout, env=env, health_timeout=timeout_s, drain_s=drain_s, poll=health_poll,
+                    log=lambda m: out.print(m, markup=False), after=dep.recorder(d), allow_gap=allow_capacity_gap,
+                    parallel=parallel)
+    rc = runner.run()
     if rc == 0:
         dep.converged(d)
         if d.rollout.actions:
             out.print(f"clients send: Authorization: Bearer $(cat {base}/router.token)", markup=False)
+        url = runner.router_url()
+        if url:
+            out.print(f"router: {url}/v1 (OpenAI-compatible)", markup=False)
     raise typer.Exit(rc)
 
 
@@ -307,11 +317,12 @@ def migrate(
     new: Path = typer.Argument(..., help="build directory of the plan to roll out"),
     health_timeout: str = typer.Option("20min", "--health-timeout", help="how long a launched replica may take to answer /health"),
     drain: str = typer.Option("60s", "--drain", help="the longest wait for a drained replica's in-flight requests (its vLLM /metrics shows none: done sooner)"),
+    parallel: int = typer.Option(8, "--parallel", min=1, help="launches (and teardowns) next to each other in the plan run this many at once"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the steps and their commands; run nothing"),
     allow_capacity_gap: bool = typer.Option(False, "--allow-capacity-gap",
                                             help="run steps that leave a workload with no capacity for a while"),
 ) -> None:
-    """Carry out the migration `explain OLD NEW` shows: launch, route, drain, tear down, in order."""
+    """Carry out the migration `explain OLD NEW` shows: launch, restart, route, drain, tear down, in order."""
     from hetcompile.migrate.actions import rollout_plan
     from hetcompile.migrate.run import Runner
 
@@ -324,8 +335,12 @@ def migrate(
     if dry_run:
         _dry_run(ro, f"migrate {ro.old_plan} -> {ro.new_plan}", timeout_s)
         return
-    rc = Runner(ro, health_timeout=timeout_s, drain_s=drain_s, log=lambda m: out.print(m, markup=False),
-                allow_gap=allow_capacity_gap).run()
+    runner = Runner(ro, health_timeout=timeout_s, drain_s=drain_s, log=lambda m: out.print(m, markup=False),
+                    allow_gap=allow_capacity_gap, parallel=parallel)
+    rc = runner.run()
+    url = runner.router_url() if rc == 0 else None
+    if url:
+        out.print(f"router: {url}/v1 (OpenAI-compatible)", markup=False)
     raise typer.Exit(rc)
 
 

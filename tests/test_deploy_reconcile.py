@@ -21,6 +21,7 @@ from test_deploy import _calls, _clusters, _env
 QUICKSTART = ROOT / "examples" / "quickstart" / "spec.yaml"
 BUDGET_CUT = ROOT / "tests" / "explain_cases" / "quickstart-budget-cut.yaml"
 LOST_A100 = ROOT / "tests" / "explain_cases" / "quickstart-lost-a100.yaml"
+LONGER_CONTEXT = ROOT / "tests" / "explain_cases" / "quickstart-longer-context.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def builds(tmp_path_factory) -> dict[str, dict[str, str]]:
 
     # the session's builds of these specs (test_examples, test_explain build them too)
     return {"a": artifacts(build(QUICKSTART).ir), "b": artifacts(build(BUDGET_CUT).ir),
-            "c": artifacts(build(LOST_A100).ir)}
+            "c": artifacts(build(LOST_A100).ir), "d": artifacts(build(LONGER_CONTEXT).ir)}
 
 
 def _write(out: Path, files: dict[str, str]) -> None:
@@ -119,6 +120,81 @@ def test_deploy_rebuild_converges(tmp_path: Path, builds) -> None:
     t = subprocess.run(["bash", str(out / "teardown.sh")], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert t.returncode == 0, t.stderr
     assert _clusters(tmp_path) == {} and "teardown: all 5 cluster(s) of plan quickstart are down" in t.stdout
+
+
+def _overlapping(tmp: Path) -> int:
+    """The most `sky launch` calls the stub had in progress at one moment."""
+    wins = [json.loads(x)[1:] for x in (tmp / "sky-state" / "launch_windows.jsonl").read_text().splitlines()]
+    return max(sum(1 for a, b in wins if a <= t < b) for t, _ in wins)
+
+
+@pytest.mark.parametrize("parallel", [8, 1])
+def test_first_deploy_launches_in_parallel(tmp_path: Path, builds, parallel: int) -> None:
+    """The first deploy's launches are next to each other in the plan (side by side, nothing runs
+    yet): they run at the same time, up to --parallel; each still waited on for its health. The
+    last line says where the router is."""
+    env = _env(tmp_path)
+    out = tmp_path / "out"
+    _write(out, builds["a"])
+    (tmp_path / "sky-state" / "launch_delay").write_text("0.5")
+    p = _deploy(tmp_path, env, "--parallel", str(parallel))
+    assert p.returncode == 0, p.stdout + p.stderr
+    _converged(tmp_path, out)
+    replicas = [c for c in _launches(tmp_path) if c != "quickstart-router"]
+    assert len(replicas) == 4
+    assert _overlapping(tmp_path) == (4 if parallel == 8 else 1)  # (the router launches after, alone)
+    assert ("4 launches at once" in p.stdout) == (parallel == 8)
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("router: http://") and last.endswith("/v1 (OpenAI-compatible)"), last
+
+
+def _steps(text: str) -> list[str]:
+    """The numbered step lines of a --dry-run."""
+    return [line for line in text.splitlines() if line.startswith("[")]
+
+
+def test_engine_args_change_restarts_in_place(tmp_path: Path, builds) -> None:
+    """A rebuild that only raises max_model_len: explain, migrate --dry-run and deploy --dry-run show
+    the same steps (one drain, restart, route per replica: no launch, no teardown), and deploy leaves
+    every cluster running the new task (the stub's `sky exec`), on the same clusters, with the
+    record's hashes following."""
+    env = _env(tmp_path)
+    out, old = tmp_path / "out", tmp_path / "old"
+    _write(out, builds["a"])
+    _write(old, builds["a"])
+    assert _deploy(tmp_path, env).returncode == 0
+    first = _converged(tmp_path, out)
+    _write(out, builds["d"])
+    new = tmp_path / "new"
+    _write(new, builds["d"])
+
+    ex = subprocess.run(["hetcompile", "explain", str(old), str(new), "--format", "json"], env=env, capture_output=True,
+                        text=True, cwd=tmp_path)
+    assert ex.returncode == 0, ex.stderr
+    diff = json.loads(ex.stdout)
+    mig = diff["migration"]
+    assert mig["mode"] == "in-place"
+    assert [p["changes"] for p in diff["changed"]] == [[{"field": "engine", "old": "--max-model-len 8192",
+                                                          "new": "--max-model-len 16384"}]] * 4
+    assert [s["action"] for s in mig["steps"]] == ["drain", "restart", "route"] * 4
+    migrate = subprocess.run(["hetcompile", "migrate", str(old), str(new), "--dry-run"], env=env, capture_output=True,
+                             text=True, cwd=tmp_path)
+    assert migrate.returncode == 0, migrate.stderr
+    n0 = len(_calls(tmp_path))
+    dry = _deploy(tmp_path, env, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "in-place" in dry.stdout
+    assert _steps(dry.stdout) == _steps(migrate.stdout) == [f"[{s['index']}] {s['text']}" for s in mig["steps"]]
+    assert "sky cancel -y -a quickstart-r0" in dry.stdout and "sky exec quickstart-r0 sky/r0.yaml -d" in dry.stdout
+
+    p = _deploy(tmp_path, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert _converged(tmp_path, out) == first  # the same clusters, now running the new tasks
+    calls = [c for c in _calls(tmp_path)[n0:] if c[0] in ("launch", "down", "cancel")]
+    assert calls == [["cancel", "-y", "-a", f"quickstart-r{i}"] for i in range(4)]
+    for i in range(4):
+        assert "--max-model-len 16384" in (tmp_path / "sky-state" / "launched" / f"quickstart-r{i}.yaml").read_text()
+    assert not (tmp_path / "sky-state" / "cancelled").read_text().strip()
 
 
 def test_rebuild_without_a_replica_removes_it(tmp_path: Path, builds) -> None:
@@ -247,8 +323,9 @@ solver: {time_limit: 30s}
 
 
 def test_capacity_gap_is_refused_unless_allowed(tmp_path: Path) -> None:
-    """One A100 serves chat and only one can be had: replacing it leaves chat with nothing while
-    the new one loads. Refused (naming chat, the steps and how long), then run when allowed."""
+    """One A100 serves chat and only one can be had: a dtype change restarts it in place (a second
+    copy does not fit), which leaves chat with nothing while it reloads. Refused (naming chat, the
+    steps and how long), then run when allowed, on the same cluster."""
     env = _env(tmp_path)
     out = tmp_path / "out"
     spec = tmp_path / "solo.yaml"
@@ -260,10 +337,11 @@ def test_capacity_gap_is_refused_unless_allowed(tmp_path: Path) -> None:
     n0 = len(_calls(tmp_path))
     p = _deploy(tmp_path, env, "--health-timeout", "15min")
     assert p.returncode == 3, p.stdout + p.stderr
-    assert "deploy: refused: workload chat would have no capacity after steps 1-3" in p.stdout
-    assert "while new r0 launch(es) and load: up to 1 x the health timeout (15min)" in p.stdout
-    assert [c for c in _calls(tmp_path)[n0:] if c[0] in ("launch", "down", "exec")] == []
+    assert "deploy: refused: workload chat would have no capacity after steps 1-2" in p.stdout
+    assert "while new r0 restart(s) in place and load: up to 1 x the health timeout (15min)" in p.stdout
+    dry = subprocess.run(["hetcompile", "deploy", str(out), "--dry-run"], env=env, capture_output=True, text=True)
+    assert "old r0 alone serves chat and a second copy does not fit the ceilings" in dry.stdout
+    assert [c for c in _calls(tmp_path)[n0:] if c[0] in ("launch", "down", "exec", "cancel")] == []
     p = _deploy(tmp_path, env, "--allow-capacity-gap")
     assert p.returncode == 0, p.stdout + p.stderr
-    # named while the old r0 still ran (at plan time): the replacement has a name of its own
-    assert _converged(tmp_path, out)["r0"].startswith("solo-r0-")
+    assert _converged(tmp_path, out)["r0"] == "solo-r0"  # restarted in place: the same cluster

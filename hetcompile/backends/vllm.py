@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from hetcompile import __version__
 from hetcompile.backends.shell import quote
 from hetcompile.backends.templating import render
+from hetcompile.ir.engine import engine_args
 from hetcompile.ir.problem import Problem, Replica
-from hetcompile.perf import analytic
 
 MASTER_PORT = 29501
 
@@ -31,27 +31,11 @@ class NodeScript:
     text: str
 
 
-def step_budget(ir: Problem, r: Replica) -> int:
-    """The tokens per engine step the replica's capacity was computed with (its step model's
-    chunk_tokens), pinned on the command line so that vLLM's own per-GPU default cannot differ."""
-    sm = r.estimate.step_model
-    return sm.chunk_tokens if sm is not None else analytic.step_token_budget(ir.engine.max_num_seqs)
-
-
 def engine_flags(ir: Problem, r: Replica, rank: int) -> list[str]:
-    """The `vllm serve` flags of one node, one flag (with its value) per line."""
-    m = ir.model(r.model)
+    """The `vllm serve` flags of one node, one flag (with its value) per line: the replica's engine
+    arguments (ir/engine.py, the list plan.json records) and then what is per node."""
     d = len(r.stages)
-    flags = [
-        f"--served-model-name {quote(m.served_name)}",
-        f"--tensor-parallel-size {r.stages[0].tp}",
-        f"--pipeline-parallel-size {d}",
-        f"--dtype {r.dtype}",
-        f"--max-model-len {m.max_model_len}",
-        f"--gpu-memory-utilization {ir.engine.gpu_memory_utilization}",
-        f"--max-num-seqs {ir.engine.max_num_seqs}",
-        f"--max-num-batched-tokens {step_budget(ir, r)}",
-    ]
+    flags = [f"{k} {quote(v) if k == '--served-model-name' else v}" for k, v in engine_args(ir, r)]
     if d > 1:
         flags += [
             "--distributed-executor-backend mp",

@@ -9,15 +9,19 @@ hands out in order, not machines. So two replicas are the same deployment when t
 
 and the rule, applied in this order to replicas not yet matched (ids in natural order), is:
 
-1. untouched        D equal and the same node ids                     (nothing to do)
-2. untouched        D equal, other node or replica ids: `relabelled`  (the running cluster
-                    keeps serving; only names in the new plan differ)
-3. changed          same model and same GPU type(s), anything else differs: layers moved, TP,
-                    depth, region or offer changed. Pairs are picked greedily, most alike first
-                    (same offers, regions, TP, depth, layers). `in_place` when offers, depth and TP
-                    agree (a restart with new engine args would do); the migration still
-                    replaces it, which keeps its capacity up.
+1. untouched        D equal, the same engine args and node ids        (nothing to do)
+2. untouched        D equal, the same engine args, other node or replica ids: `relabelled`
+                    (the running cluster keeps serving; only names in the new plan differ)
+3. changed          same model and same GPU type(s), anything else differs: engine args
+                    (`PlanReplica.engine_args`, the vLLM flags every node runs with: a larger
+                    max_model_len, another step budget), layers moved, TP, depth, region or
+                    offer changed. Pairs are picked greedily, most alike first (same offers,
+                    regions, TP, depth, layers). `in_place` when offers, depth and TP agree:
+                    the migration restarts it on its own cluster with the new engine args
+                    (migrate/planner.py), one replica at a time, instead of provisioning a new one.
 4. added / removed  the rest.
+
+A plan.json written before engine_args existed has none; its replicas compare on D alone.
 
 Every other section compares values after `canon()` (6 significant digits), so a plan diffed
 with itself, or with a rebuild of the same spec, is empty.
@@ -49,6 +53,27 @@ def deploy_key(plan: PlanDoc, r: PlanReplica) -> tuple:
     return (r.model, r.dtype, stage_keys(plan, r))
 
 
+def engine_key(r: PlanReplica) -> tuple:
+    """The replica's engine args, or () when its plan.json predates them (then they match anything)."""
+    return tuple(r.engine_args)
+
+
+def same_engine(o: PlanReplica, n: PlanReplica) -> bool:
+    return not o.engine_args or not n.engine_args or engine_key(o) == engine_key(n)
+
+
+def engine_change(o: PlanReplica, n: PlanReplica) -> tuple[str, str] | None:
+    """(old, new) text of the engine flags that differ ('--max-model-len 4096' -> '--max-model-len 8192'),
+    flags one side lacks shown as '-'; None when the engines agree."""
+    if same_engine(o, n):
+        return None
+    a = dict(x.split(" ", 1) if " " in x else (x, "") for x in o.engine_args)
+    b = dict(x.split(" ", 1) if " " in x else (x, "") for x in n.engine_args)
+    keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+    return ("; ".join(f"{k} {a[k]}".strip() if k in a else f"{k} -" for k in keys),
+            "; ".join(f"{k} {b[k]}".strip() if k in b else f"{k} -" for k in keys))
+
+
 def node_ids(r: PlanReplica) -> tuple:
     return tuple(s.node for s in r.stages)
 
@@ -78,6 +103,9 @@ def changes(old: PlanDoc, o: PlanReplica, new: PlanDoc, n: PlanReplica) -> tuple
         ("nodes", ",".join(node_ids(o)), ",".join(node_ids(n))),
         ("estimate", o.estimate_source, n.estimate_source),
     ]
+    eng = engine_change(o, n)
+    if eng is not None:
+        rows.append(("engine", *eng))
     return tuple(FieldChange(field=f, old=a, new=b) for f, a, b in rows if a != b)
 
 
@@ -107,9 +135,10 @@ def match(old: PlanDoc, new: PlanDoc) -> tuple[list[tuple[PlanReplica, PlanRepli
             if n.id not in used_n:
                 free[key(new, n)].append(n)
         for o in olds:
-            if o.id in used_o or not free.get(key(old, o)):
+            n = next((n for n in free.get(key(old, o), ()) if same_engine(o, n)), None) if o.id not in used_o else None
+            if n is None:
                 continue
-            n = free[key(old, o)].pop(0)
+            free[key(old, o)].remove(n)
             used_o.add(o.id)
             used_n.add(n.id)
             untouched.append((o, n, relabel or o.id != n.id))
@@ -140,11 +169,17 @@ def _ref(plan: PlanDoc, r: PlanReplica) -> ReplicaRef:
                       gpus=rates.replica_gpus(r), price_per_hour=rates.replica_price(plan, r))
 
 
-def _pair(old: PlanDoc, o: PlanReplica, new: PlanDoc, n: PlanReplica, relabelled: bool, with_changes: bool) -> ReplicaPair:
+def in_place(old: PlanDoc, o: PlanReplica, new: PlanDoc, n: PlanReplica) -> bool:
+    """Whether `n` can run on `o`'s cluster: the same offer for every stage (so the same depth and
+    machines) and the same TP, the model unchanged; what differs is engine args or layer split."""
     a, b = stage_keys(old, o), stage_keys(new, n)
+    return o.model == n.model and [k[0] for k in a] == [k[0] for k in b] and [k[3] for k in a] == [k[3] for k in b]
+
+
+def _pair(old: PlanDoc, o: PlanReplica, new: PlanDoc, n: PlanReplica, relabelled: bool, with_changes: bool) -> ReplicaPair:
     return ReplicaPair(
         old=o.id, new=n.id, relabelled=relabelled, changes=changes(old, o, new, n) if with_changes else (),
-        in_place=[k[0] for k in a] == [k[0] for k in b] and [k[3] for k in a] == [k[3] for k in b],
+        in_place=in_place(old, o, new, n),
         delta_price_per_hour=rates.replica_price(new, n) - rates.replica_price(old, o),
     )
 

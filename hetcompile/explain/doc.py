@@ -257,9 +257,11 @@ def diff_doc(d: PlanDiff) -> Doc:
             blocks.append("Node ids only in the old plan: " + ", ".join(n.id for n in d.nodes_removed) + ".")
         blocks.append("Node ids are labels place hands out per offer in order; a replica's cluster is what runs.")
         sections.append(Section("Offers and nodes", tuple(blocks)))
+    restarted = {s.replaces.old for s in d.migration.steps if s.action == "restart" and s.replaces is not None}
     rows = [("untouched", p.old, p.new, "relabelled" if p.relabelled else "", signed_money(p.delta_price_per_hour)) for p in d.untouched]
     rows += [("changed", p.old, p.new, "; ".join(f"{c.field} {c.old} -> {c.new}" for c in p.changes)
-              + (" (in place possible)" if p.in_place else ""), signed_money(p.delta_price_per_hour)) for p in d.changed]
+              + (" (restarted in place)" if p.old in restarted else ""),
+              signed_money(p.delta_price_per_hour)) for p in d.changed]
     rows += [("added", "", r.id, f"{r.shape} ({human.plural(r.gpus, 'GPU')})", signed_money(r.price_per_hour)) for r in d.added]
     rows += [("removed", r.id, "", f"{r.shape} ({human.plural(r.gpus, 'GPU')})", signed_money(-r.price_per_hour)) for r in d.removed]
     if rows:

@@ -242,7 +242,7 @@ class ReplicaRef(Frozen):
 
 
 class FieldChange(Frozen):
-    field: Annotated[str, Field(description="layers, tp, pp, region, gpu, offer, dtype, nodes, estimate")]
+    field: Annotated[str, Field(description="layers, tp, pp, region, gpu, offer, dtype, nodes, estimate, engine (the vLLM flags that differ)")]
     old: Annotated[str, Field(description="old value, as text")]
     new: Annotated[str, Field(description="new value, as text")]
 
@@ -320,12 +320,14 @@ class StepCapacity(Frozen):
 class Step(Frozen):
     index: Annotated[int, Field(description="1-based order")]
     action: Annotated[
-        Literal["launch", "route", "drain", "teardown"],
+        Literal["launch", "route", "drain", "teardown", "restart"],
         Field(description="launch: bring a replica up and wait until healthy; route: write the routing table; "
                           "drain: take a replica out of the table and wait for its in-flight requests; "
-                          "teardown: stop it"),
+                          "teardown: stop it; restart: stop vLLM on a drained replica's cluster and start it with "
+                          "the new plan's engine args (same machines: no provisioning), wait until healthy"),
     ]
-    unit: Annotated[Unit | None, Field(description="the replica (null for route)")] = None
+    unit: Annotated[Unit | None, Field(description="the replica (null for route; for restart, the new side)")] = None
+    replaces: Annotated[Unit | None, Field(description="restart: the old side, whose cluster the new side runs on")] = None
     routed: Annotated[tuple[Routed, ...], Field(description="the routing table after a route step (empty otherwise)")] = ()
     text: Annotated[str, Field(description="the step in words")]
     price_per_hour: Annotated[float, Field(description="$/h of what runs after the step")]
@@ -341,9 +343,11 @@ class Dip(Frozen):
 
 class Migration(Frozen):
     mode: Annotated[
-        Literal["none", "side-by-side", "rolling"],
-        Field(description="none: nothing to do; side-by-side: new replicas up before old ones go; rolling: "
-                          "old replicas go before new ones come, because old + new together exceed a ceiling"),
+        Literal["none", "in-place", "side-by-side", "rolling"],
+        Field(description="none: nothing to do; in-place: only engine args change, each such replica restarts on "
+                          "its own cluster; side-by-side: new replicas up before old ones go; rolling: "
+                          "old replicas go before new ones come, because old + new together exceed a ceiling "
+                          "(both may start with in-place restarts)"),
     ]
     ceiling_per_hour: Annotated[float | None, Field(description="max $/h while migrating: max(new budget, old $/h)")]
     peak_price_per_hour: Annotated[float, Field(description="highest $/h over the steps")]

@@ -18,6 +18,7 @@ from hetcompile.plan.doc import (
     Compiler, EngineSettings, PassSummary, PlanDoc, PlanModel, PlanNode, PlanPrice, PlanReplica, PlanStage, PlanWorkload,
     ReplicaWorkload, Slo, TailLatency, Totals,
 )
+from hetcompile.ir.engine import engine_args
 from hetcompile.ir.problem import Problem, Replica
 from hetcompile.opt.solve import relative_gap
 from hetcompile.perf.tail import P_GRID, PERCENTILES, TailModel, mixture_quantile, percentile_name
@@ -113,6 +114,7 @@ def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
                    for w, rps in est.throughput_rps},
         price_per_hour=replica_price_per_s(ir, r) * 3600, step_model=est.step_model,
         step_source=est.step_model.step_source if est.step_model is not None else None,
+        engine_args=tuple(f"{k} {v}" for k, v in engine_args(ir, r)),
     )
 
 

@@ -65,17 +65,18 @@ class Target:
 @dataclass(frozen=True)
 class Action:
     index: int
-    kind: str  # launch | route | drain | teardown
+    kind: str  # launch | route | drain | teardown | restart
     text: str
     cluster: str | None = None
-    argv: tuple[str, ...] = ()  # the sky command of launch / teardown (run in the NEW directory)
+    argv: tuple[str, ...] = ()  # the sky command of launch / teardown / restart's exec (run in the NEW directory)
+    stop: tuple[str, ...] = ()  # restart: the sky command that stops what the cluster runs first (`sky cancel`)
     table: RoutingTable | None = None  # route / drain: the table after the step (endpoints unfilled)
     endpoints: tuple[tuple[str, str, int], ...] = ()  # (table replica id, cluster, port) to fill in
     running: tuple[str, ...] = ()  # clusters running after the step
     final: bool = False  # route: the new plan's own table
     port: int = 0  # launch: the port its health is probed on; drain: the port its /metrics is read on
     leaving: tuple[str, ...] = ()  # route / drain: table ids a later step tears down (may be gone on a re-run)
-    rid: str | None = None  # launch: the new plan's replica id (deploy records its task hash)
+    rid: str | None = None  # launch / restart: the new plan's replica id (deploy records its task hash)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,11 @@ def rollout_plan(old_dir: Path, new_dir: Path) -> Rollout:
         if u.old != u.new or old.plan != new.plan:
             notes.append(f"{u.label} keeps running as cluster {old.plan}-{u.old}; the new plan's teardown.sh calls it "
                          f"{new.plan}-{u.new}")
+    for s in mig.steps:
+        if s.action == "restart" and s.replaces is not None and s.unit is not None and \
+                (s.replaces.old != s.unit.new or old.plan != new.plan):
+            notes.append(f"{s.unit.label} runs on cluster {old.plan}-{s.replaces.old} (restarted in place); the new plan's "
+                         f"teardown.sh calls it {new.plan}-{s.unit.new}")
     return rollout_from(old, new, old_dir, new_dir, mig, plan_names(old, new), router_cluster=f"{old.plan}-router",
                         router_port=_port(router, f"{old_dir}/sky/router.yaml"), notes=tuple(notes),
                         command=f"hetcompile migrate {old_dir} {new_dir}")
@@ -207,6 +213,8 @@ def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: 
                  command: str = "", secrets_dir: Path | None = None, key_extra: str = "") -> Rollout:
     """The Migration `mig` (from `old`, running on the clusters `names` gives, to `new`) as actions."""
     p = Plans(old, new)
+    # a restarted replica runs on the cluster of the old unit it replaces, from the new task
+    on_old = {s.unit: s.replaces for s in mig.steps if s.action == "restart" and s.replaces is not None}
     old_rt, new_rt = _table(old_dir) if (old_dir / "router" / "routing.json").exists() else _table(new_dir), _table(new_dir)
     state = State(list(mig.untouched) + sorted({s.unit for s in mig.steps if s.unit is not None and s.unit.new is None},
                                                   key=lambda u: natural_key(u.old or "")),
@@ -215,7 +223,11 @@ def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: 
     actions = []
 
     def tgt(u: Unit) -> Target:
-        return target(old, new, u, old_dir, new_dir, names)
+        t = target(old, new, u, old_dir, new_dir, names)
+        if u in on_old:
+            return Target(cluster=target(old, new, on_old[u], old_dir, new_dir, names).cluster, side=t.side, rid=t.rid,
+                          port=t.port)
+        return t
 
     def clusters(st: State) -> tuple[str, ...]:
         return tuple(sorted((tgt(x).cluster for x in st.running), key=natural_key))
@@ -240,6 +252,12 @@ def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: 
                 argv = ("sky", "down", "-y", t.cluster)
             actions.append(Action(s.index, s.action, s.text, t.cluster, argv, running=after, port=t.port,
                                   rid=t.rid if s.action == "launch" else None))
+        elif s.action == "restart":
+            t = tgt(u)
+            secrets = sorted((_task(new_dir, t.rid).get("secrets") or {}))
+            argv = ("sky", "exec", t.cluster, f"sky/{t.rid}.yaml", "-d", *[a for k in secrets for a in ("--secret", k)])
+            actions.append(Action(s.index, "restart", s.text, t.cluster, argv, stop=("sky", "cancel", "-y", "-a", t.cluster),
+                                  running=after, port=t.port, rid=t.rid))
         else:
             rows = s.routed if s.action == "route" else state.table(p)
             table, ids = routed_table(rows, old_rt, new_rt)

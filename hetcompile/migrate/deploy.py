@@ -4,7 +4,10 @@ The fleet that runs (diff.py: the record's applied plan, only the clusters `sky 
 is the old side of a migration, OUT's plan the new side, and replicas are matched by task hash:
 
     kept      same replica id and same hash, cluster running   (nothing to do)
-    replaced  same id, another hash (or its cluster is gone)   (launch new, route, drain old, down)
+    restarted same id, another hash, same machines (engine args or layer split changed):
+              drain, restart the new task on the same cluster, route back (planner.py)
+    replaced  same id, another hash, other machines (or its cluster is gone)
+              (launch new, route, drain old, down)
     added / removed                                            (launch / drain and down)
 
 The planner orders the steps capacity-safely (new healthy and routed before the old is drained);
@@ -101,8 +104,13 @@ def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
 
     # new clusters: keep one already launched with this hash; else the plain name unless it runs
     taken = set(status) | set(old_cluster.values())
+    restarted = {s.unit.new: old_cluster[s.replaces.old] for s in mig.steps
+                 if s.action == "restart" and s.unit is not None and s.replaces is not None}
     clusters: dict[str, str] = {}
     for rid, h in hashes.items():
+        if rid in restarted:
+            clusters[rid] = restarted[rid]
+            continue
         if rid in old_cluster and old_hash[rid] == h:
             clusters[rid] = old_cluster[rid]
             continue
@@ -177,7 +185,7 @@ def recorder(d: Deployment):
     def after(a: Action) -> None:
         if a.kind == "launch" and a.cluster == d.rollout.router_cluster:
             rec.clusters[a.cluster] = {"replica": ROUTER}
-        elif a.kind == "launch" and a.cluster is not None:
+        elif a.kind in ("launch", "restart") and a.cluster is not None:  # a restart: the cluster now runs the new task
             rid = a.rid or by_cluster.get(a.cluster)
             rec.clusters[a.cluster] = {"replica": rid, "hash": d.hashes.get(rid)}
         elif a.kind == "teardown" and a.cluster is not None:

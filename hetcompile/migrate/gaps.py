@@ -23,7 +23,8 @@ class Gap:
     first: int  # the step after which the workload has no capacity
     last: int  # the last step after which it still has none
     texts: tuple[str, ...]  # (first step's text, the restoring step's text or "")
-    launches: tuple[str, ...]  # what launches inside the gap (the wait the gap lasts)
+    launches: tuple[str, ...]  # what launches or restarts inside the gap (the wait the gap lasts)
+    provisions: bool = False  # a launch among them (a new cluster is provisioned; a restart is not)
 
 
 def capacity_gaps(ro: Rollout) -> list[Gap]:
@@ -38,8 +39,9 @@ def capacity_gaps(ro: Rollout) -> list[Gap]:
                 run.append(s)
                 continue
             if run:
-                launches = tuple(x.unit.label for x in run if x.action == "launch" and x.unit is not None)
-                out.append(Gap(w, run[0].index, run[-1].index, (run[0].text, s.text if s is not None else ""), launches))
+                launches = tuple(x.unit.label for x in run if x.action in ("launch", "restart") and x.unit is not None)
+                out.append(Gap(w, run[0].index, run[-1].index, (run[0].text, s.text if s is not None else ""), launches,
+                               any(x.action == "launch" for x in run)))
                 run = []
     return out
 
@@ -52,8 +54,9 @@ def gap_text(g: Gap, health_timeout_s: float) -> str:
     span = f"step {g.first}" if g.first == g.last else f"steps {g.first}-{g.last}"
     until = f" until step {g.last + 1} ({g.texts[1]})" if g.texts[1] else " to the end"
     if g.launches:
-        long = (f"while {', '.join(g.launches)} launch(es) and load: up to {len(g.launches)} x the health timeout "
-                f"({_duration(health_timeout_s)}) plus provisioning")
+        how = "launch(es) and load" if g.provisions else "restart(s) in place and load"
+        long = (f"while {', '.join(g.launches)} {how}: up to {len(g.launches)} x the health timeout "
+                f"({_duration(health_timeout_s)})" + (" plus provisioning" if g.provisions else ""))
     else:
         long = "with no launch in between: for the drains and routes of those steps"
     return f"workload {g.workload} would have no capacity after {span} (from: {g.texts[0]}){until}, {long}"

@@ -7,6 +7,8 @@ A *unit* is a running replica: old only (removed, or the old side of a changed r
     route T       write the routing table T: which units serve, each with its plan's mix
     drain U       take U out of the table, wait for its in-flight requests
     teardown U    stop U (only once drained)
+    restart U<-V  stop vLLM on drained V's cluster and start the new replica U there with its
+                  engine args (same machines, same price: no provisioning), wait until healthy
 
 Capacity after a step is K_w over the routed units (rates.py), each with the k_{r,w} of the plan
 whose mix it serves; the target is min(K_w(old), K_w(new)) for every workload w.
@@ -18,6 +20,14 @@ both, the migration is *side-by-side*: launch every new unit, route to the new t
 tear down the old ones; capacity never dips. Otherwise it is *rolling*: one unit at a time,
 launching whatever fits and otherwise draining the outgoing unit that frees what is short at the
 least capacity; the dips this forces are reported, step by step, in `dips`.
+
+A changed replica that runs on the same machines (diff.in_place: same offers and TP; what
+differs is engine args or the layer split) is restarted first, one at a time: drain, restart,
+route it back, so every other replica keeps serving and nothing is provisioned. The one
+exception is a replica that alone serves a workload: a restart would leave that workload with
+no capacity, so it is replaced side by side when the ceilings allow a second copy for a while,
+and restarted with the gap stated (migrate and deploy refuse gaps unless told) otherwise. Mode
+`in-place` is a migration of restarts only.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from dataclasses import dataclass, field
 
 from hetcompile.plan.canon import natural_key
 from hetcompile.explain import rates
+from hetcompile.explain.diff import in_place
 from hetcompile.explain.doc import money
 from hetcompile.explain.model import Dip, Migration, Routed, Step, StepCapacity, Unit
 from hetcompile.plan.doc import PlanDoc, PlanReplica
@@ -130,6 +141,16 @@ def apply(state: State, p: Plans, step: Step) -> State:
         if u not in running:
             raise MigrationError(f"step {step.index}: drains {u.label}, which is not running")
         routed.pop(u, None)
+    elif step.action == "restart":
+        v = step.replaces
+        if v is None or v not in running:
+            raise MigrationError(f"step {step.index}: restarts {v.label if v else 'nothing'}, which is not running")
+        if v in routed:
+            raise MigrationError(f"step {step.index}: restarts {v.label} while it is routed (drain it first)")
+        if u in running:
+            raise MigrationError(f"step {step.index}: {u.label} is already running")
+        p.side(u)
+        running[running.index(v)] = u
     elif step.action == "teardown":
         if u in routed:
             raise MigrationError(f"step {step.index}: tears down {u.label} while it is routed (drain it first)")
@@ -185,8 +206,11 @@ def availability(plan: PlanDoc) -> dict[str, int]:
 class Planner:
     """Builds the steps (module docstring); one instance per migration."""
 
-    def __init__(self, p: Plans, keep: list[Unit], outgoing: list[Unit], incoming: list[Unit]):
-        self.p, self.keep, self.outgoing, self.incoming = p, keep, outgoing, incoming
+    def __init__(self, p: Plans, keep: list[Unit], outgoing: list[Unit], incoming: list[Unit],
+                 restartable: list[tuple[Unit, Unit]] = ()):
+        self.p, self.keep, self.outgoing, self.incoming = p, keep, list(outgoing), list(incoming)
+        self.restartable = list(restartable)  # (old unit, new unit) on the same machines
+        self.restart_steps: set[int] = set()  # drain and restart steps of in-place restarts
         self.state = initial(p, keep + outgoing)
         old_gpus = self.state.gpus(p)
         budget = p.new.totals.budget_per_hour
@@ -209,8 +233,10 @@ class Planner:
         short += sorted(o for o, g in s.gpus(self.p).items() if o in self.caps and g > self.caps[o])
         return not short, short
 
-    def emit(self, action: str, unit: Unit | None, text: str, routed: dict | None = None) -> None:
-        step = Step(index=len(self.steps) + 1, action=action, unit=unit, text=text, price_per_hour=0.0, capacity=())
+    def emit(self, action: str, unit: Unit | None, text: str, routed: dict | None = None,
+             replaces: Unit | None = None) -> None:
+        step = Step(index=len(self.steps) + 1, action=action, unit=unit, text=text, price_per_hour=0.0, capacity=(),
+                    replaces=replaces)
         if routed is not None:
             probe = State(self.state.running, routed)
             step = step.model_copy(update={"routed": probe.table(self.p)})
@@ -271,7 +297,37 @@ class Planner:
         cands = [u for u in leaving if helps(u)]
         return min(cands, key=lambda u: (not solves(u), loss(u), _key(u)), default=None)
 
+    def alone(self, v: Unit) -> list[str]:
+        """Workloads with a target that only `v` serves now (draining it leaves them nothing)."""
+        cap = State(self.state.running, {x: m for x, m in self.state.routed.items() if x != v}).capacity(self.p)
+        mine = self.p.mix(v, self.state.routed[v]) if v in self.state.routed else {}
+        return sorted(w for w, k in mine.items() if k > TOL and self.p.target.get(w, 0.0) > TOL and cap.get(w, 0.0) <= TOL)
+
+    def restarts(self) -> None:
+        """The in-place restarts (module docstring), before anything else moves."""
+        for v, u in self.restartable:
+            lone = self.alone(v)
+            if lone and self.fits(self.state.running + [u])[0]:
+                self.checks.append(f"{v.label} alone serves {', '.join(lone)}: replaced side by side (launch, route, "
+                                   "drain, tear down), not restarted, so that it keeps capacity")
+                continue
+            if lone:
+                self.checks.append(f"{v.label} alone serves {', '.join(lone)} and a second copy does not fit the ceilings: "
+                                   f"restarting it leaves {', '.join(lone)} unserved until it is healthy")
+            self.outgoing.remove(v)
+            self.incoming.remove(u)
+            self.emit("drain", v, f"drain {v.label}: out of the routing table, wait for its in-flight requests")
+            self.restart_steps.add(len(self.steps))
+            self.emit("restart", u, f"restart {v.label} in place as {u.label} with the new engine args (same "
+                                    f"{self._describe(u)}; no provisioning) and wait until healthy", replaces=v)
+            self.restart_steps.add(len(self.steps))
+            self.emit("route", None, f"add {u.label} to the routing table", self.best_table(u))
+
     def run(self) -> str:
+        self.restarts()
+        if self.restart_steps and not self.outgoing and not self.incoming:
+            self.final_route()
+            return "in-place"
         together = self.state.running + self.incoming
         ok, short = self.fits(together)
         price = State(together, {}).price(self.p)
@@ -315,6 +371,14 @@ class Planner:
         return "rolling"
 
 
+def _dip_cause(planner: Planner, steps: list[int]) -> str:
+    if all(i in planner.restart_steps for i in steps):
+        return "replicas restart in place one at a time (drained while they restart)"
+    if not any(i in planner.restart_steps for i in steps):
+        return "the ceiling cannot hold the outgoing and incoming replicas together"
+    return "replicas restart in place, and the ceiling cannot hold the outgoing and incoming replicas together"
+
+
 def _dips(p: Plans, steps: list[Step]) -> tuple[Dip, ...]:
     out = []
     for s in steps:
@@ -348,7 +412,9 @@ def plan_migration(old: PlanDoc, new: PlanDoc, untouched: list, changed: list, a
     keep = [Unit(old=o.id, new=n.id) for o, n, _ in untouched]
     outgoing = sorted([Unit(old=o.id) for o, _ in changed] + [Unit(old=o.id) for o in removed], key=_key)
     incoming = sorted([Unit(new=n.id) for _, n in changed] + [Unit(new=n.id) for n in added], key=_key)
-    planner = Planner(p, keep, outgoing, incoming)
+    restartable = [(Unit(old=o.id), Unit(new=n.id)) for o, n in sorted(changed, key=lambda c: natural_key(c[0].id))
+                   if in_place(old, o, new, n)]
+    planner = Planner(p, keep, outgoing, incoming, restartable)
     if not outgoing and not incoming and not _route_changes(p, keep):
         return Migration(mode="none", ceiling_per_hour=planner.ceiling, peak_price_per_hour=planner.old_price, checks=(),
                          untouched=tuple(keep), steps=(), capacity_kept=True, dips=())
@@ -361,8 +427,8 @@ def plan_migration(old: PlanDoc, new: PlanDoc, untouched: list, changed: list, a
             low = min(ds, key=lambda d: d.requests_per_s)
             checks.append(
                 f"capacity: {w} drops to {human.number(low.requests_per_s)} req/s ({human.number(100 * low.requests_per_s / low.target, 3)}% of "
-                f"the target {human.number(low.target)}) at step(s) {_spans([d.step for d in ds])}: the ceiling cannot hold "
-                "the outgoing and incoming replicas together")
+                f"the target {human.number(low.target)}) at step(s) {_spans([d.step for d in ds])}: "
+                + _dip_cause(planner, [d.step for d in ds]))
     else:
         checks.append("capacity: at or above min(old, new) for every workload after every step")
     peak = max([planner.old_price] + [s.price_per_hour for s in planner.steps])

@@ -8,6 +8,15 @@ drain     the same with the unit left out, then wait until the replica's vLLM /m
           request running or waiting (`vllm:num_requests_running` + `_waiting`), at most --drain
           seconds; when /metrics cannot be read it waits the whole --drain
 teardown  `sky down -y` unless `sky status` no longer lists the cluster
+restart   `sky cancel -y -a` (stop the drained replica's vLLM job) and `sky exec -d` of the new task on
+          the same cluster (no provisioning, no setup), then wait for GET <endpoint>/health
+
+Consecutive launches (and consecutive teardowns) do not depend on each other: the planner put them
+next to each other because what runs before and after the run of them is capacity-safe either way.
+They run at the same time, at most `parallel` at once (`--parallel`, default 8), each waited on for
+its health; a first deploy then takes about one launch's time, not one per replica. A failure in
+such a run lets the others finish (a half-started `sky launch` is worse than a finished one), marks
+the ones that succeeded done, and reports the first failure.
 
 NEW/<work>/state.json (work: migrate or deploy) records the steps done (for this pair of plans and
 the clusters chosen); a re-run skips them, and
@@ -23,9 +32,11 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from hetcompile.plan.canon import dumps_json
 from hetcompile.router.health import parse_vllm_metrics
@@ -69,9 +80,11 @@ class Runner:
                  health_timeout: float = 1200.0, poll: float = 10.0, drain_s: float = 60.0,
                  log: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
                  inflight: Callable[[str, dict[str, str]], float | None] = in_flight,
-                 after: Callable[[Action], None] | None = None, allow_gap: bool = False):
+                 after: Callable[[Action], None] | None = None, allow_gap: bool = False, parallel: int = 8):
         self.ro, self.probe, self.log, self.sleep, self.inflight = ro, probe, log, sleep, inflight
-        self.after, self.allow_gap = after, allow_gap
+        self.allow_gap, self.parallel = allow_gap, max(1, int(parallel))
+        self.lock = threading.Lock()  # the journal, the record hook and the log, from parallel launches
+        self.after = None if after is None else self._locked(after)
         self.reload_task, self.reload_dir = reload_paths(ro.work)
         self.env = dict(os.environ if env is None else env)
         self.health_timeout, self.poll, self.drain_s = health_timeout, poll, drain_s
@@ -80,6 +93,12 @@ class Runner:
         self.key = hashlib.sha256(((old_plan.read_bytes() if old_plan.exists() else b"") + b"\0" +
                                    (ro.new_dir / "plan.json").read_bytes() + b"\0" +
                                    ro.key_extra.encode())).hexdigest()[:16]
+
+    def _locked(self, fn: Callable[[Action], None]) -> Callable[[Action], None]:
+        def call(a: Action) -> None:
+            with self.lock:
+                fn(a)
+        return call
 
     # -- sky -------------------------------------------------------------------------------
     def sky(self, *args: str, capture: bool = False) -> subprocess.CompletedProcess:
@@ -112,9 +131,10 @@ class Runner:
         return set(j.get("done", [])) if j.get("key") == self.key else set()
 
     def mark(self, index: int) -> None:
-        d = self.done() | {index}
-        self.journal.parent.mkdir(parents=True, exist_ok=True)
-        self.journal.write_text(dumps_json({"key": self.key, "done": sorted(d)}))
+        with self.lock:
+            d = self.done() | {index}
+            self.journal.parent.mkdir(parents=True, exist_ok=True)
+            self.journal.write_text(dumps_json({"key": self.key, "done": sorted(d)}))
 
     # -- steps -----------------------------------------------------------------------------
     def preflight(self) -> list[str]:
@@ -145,6 +165,10 @@ class Runner:
             if self.sky(*a.argv[1:]).returncode != 0:
                 raise StepFailed(f"`{' '.join(a.argv)}` failed")
             how = "launched"
+        self.healthy(a)
+        return f"{how}, healthy"
+
+    def healthy(self, a: Action) -> None:
         url = self.endpoint(a.cluster, a.port) + "/health"
         t0 = time.monotonic()
         while not self.probe(url):
@@ -152,7 +176,18 @@ class Runner:
                 raise StepFailed(f"{a.cluster} not healthy after {self.health_timeout:g}s (GET {url}); "
                                  f"its logs: sky logs {a.cluster}")
             self.sleep(self.poll)
-        return f"{how}, healthy"
+
+    def restart(self, a: Action) -> str:
+        """Stop the cluster's jobs (the drained old vLLM), run the new task on it, wait for health.
+        A re-run after a failure does both again: cancelling nothing and starting the task again is safe."""
+        if self.listed(a.cluster) != "UP":
+            raise StepFailed(f"{a.cluster} is not UP (sky status): nothing to restart in place; "
+                             "rebuild with --previous or tear it down and deploy")
+        for argv, what in ((a.stop, "stop"), (a.argv, "start")):
+            if self.sky(*argv[1:]).returncode != 0:
+                raise StepFailed(f"`{' '.join(argv)}` failed ({what}); its logs: sky logs {a.cluster}")
+        self.healthy(a)
+        return "restarted with the new engine args, healthy"
 
     def route(self, a: Action) -> str:
         eps, gone = {}, set()
@@ -261,25 +296,68 @@ class Runner:
         (ro.new_dir / self.reload_task).write_text(ro.reload_task)
         done = self.done()
         running = ro.running
-        for a in ro.actions:
-            head = f"[{a.index}/{n}] {a.text}"
-            if a.index in done:
-                self.log(f"{head}: done in an earlier run, skipped")
-                running = a.running
+        for group in self.groups([a for a in ro.actions]):
+            todo = []
+            for a in group:
+                if a.index in done:
+                    self.log(f"[{a.index}/{n}] {a.text}: done in an earlier run, skipped")
+                    running = a.running
+                else:
+                    todo.append(a)
+            if not todo:
                 continue
-            self.log(f"{head} ...")
-            try:
-                status = getattr(self, a.kind)(a)
-            except StepFailed as e:
-                self.failed(a, str(e), running)
+            if len(todo) > 1 and self.parallel > 1:
+                self.log(f"{len(todo)} {'launches' if todo[0].kind == 'launch' else 'teardowns'} at once "
+                         f"(at most {self.parallel}): steps "
+                         f"{', '.join(str(a.index) for a in todo)}")
+            if len(todo) == 1 or self.parallel == 1:
+                results = [self.step(a, n) for a in todo]
+            else:
+                with ThreadPoolExecutor(max_workers=min(self.parallel, len(todo))) as pool:
+                    results = list(pool.map(lambda a: self.step(a, n), todo))
+            failures = [(a, why) for a, why in zip(todo, results) if why is not None]
+            if failures:
+                ok = {a.cluster for a, why in zip(todo, results) if why is None and a.kind == "launch"}
+                gone = {a.cluster for a, why in zip(todo, results) if why is None and a.kind == "teardown"}
+                now = tuple(sorted((set(running) | ok) - gone))
+                self.failed(failures[0][0], failures[0][1], now)
                 return 1
-            self.mark(a.index)
-            if self.after is not None:
-                self.after(a)
-            running = a.running
-            self.log(f"[{a.index}/{n}] {a.kind}: {status}")
+            running = todo[-1].running
         self.log(f"{w}: done; {ro.new_plan} runs on {', '.join(running)} behind {ro.router_cluster}")
         return 0
+
+    def router_url(self) -> str | None:
+        """Where clients reach the router (`sky status --endpoint`), None when it does not run."""
+        if self.listed(self.ro.router_cluster) != "UP":
+            return None
+        try:
+            return self.endpoint(self.ro.router_cluster, self.ro.router_port)
+        except StepFailed:
+            return None
+
+    @staticmethod
+    def groups(actions: list[Action]) -> list[list[Action]]:
+        """Consecutive launches, and consecutive teardowns, together; every other step alone."""
+        out: list[list[Action]] = []
+        for a in actions:
+            if out and a.kind in ("launch", "teardown") and out[-1][-1].kind == a.kind:
+                out[-1].append(a)
+            else:
+                out.append([a])
+        return out
+
+    def step(self, a: Action, n: int) -> str | None:
+        """Carry out one action; None when it succeeded, else why it failed."""
+        self.log(f"[{a.index}/{n}] {a.text} ...")
+        try:
+            status = getattr(self, a.kind)(a)
+        except StepFailed as e:
+            return str(e)
+        self.mark(a.index)
+        if self.after is not None:
+            self.after(a)
+        self.log(f"[{a.index}/{n}] {a.kind}: {status}")
+        return None
 
     def failed(self, a: Action, why: str, running: tuple[str, ...]) -> None:
         ro = self.ro

@@ -340,6 +340,7 @@ class PlanReplica(Frozen):
     workloads: Annotated[dict[str, ReplicaWorkload], Field(description="capacity per workload this replica can serve")]
     price_per_hour: Annotated[float, Field(description="$/h of its nodes")]
     step_model: Annotated[ReplicaModel | None, Field(description="step times its capacity comes from (perf/stepmodel.py); the simulator replays them")] = None
+    engine_args: Annotated[tuple[str, ...], Field(description="the vLLM engine flags every node of it runs with, '--flag value' each (ir/engine.py; node-specific flags such as rank, host and port are not listed): a change here is a change of the replica")] = ()
 
     def load(self, rates: dict[str, float], eps: float = 1e-12) -> float:
         """U_r = sum_w x_{r,w} / h_{r,w}: the share of its full-load capacity the requests/s `rates`

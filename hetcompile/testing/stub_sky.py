@@ -18,7 +18,14 @@ Every call is appended as one JSON line (argv) to state_dir/calls.jsonl. Behavio
   environment; an unset or empty NAME fails the call (exit 1) before anything is recorded as UP.
 - `sky exec NAME TASK ...`: fails when NAME is not UP or is in fail_exec; else copies the task's
   `workdir` (relative to the cwd) to state_dir/exec/<n>/, n = 1, 2, ... (what the cluster got).
+  A task with a `run` and no workdir (a replica's task, restarted in place) becomes what NAME runs:
+  it replaces state_dir/launched/NAME.yaml, and NAME's job is no longer cancelled.
+- `sky cancel -y -a NAME`: fails when NAME is not UP; else NAME's jobs are cancelled (state_dir/
+  cancelled lists it) until the next exec of a replica task.
 - `sky status --endpoint PORT NAME`: state_dir/endpoints.json {NAME: "host:port"} overrides.
+- state_dir/launch_delay (seconds): every `sky launch` first sleeps that long, outside the lock
+  that serializes the calls, and appends [NAME, start, end] to state_dir/launch_windows.jsonl
+  (whether a deploy launches at the same time).
 The fail_* files hold one name per line.
 """
 
@@ -47,11 +54,28 @@ def _names(state: Path, name: str) -> set[str]:
     return set(p.read_text().split("\n")) - {""} if p.exists() else set()
 
 
+def _set_cancelled(state: Path, name: str, on: bool) -> None:
+    names = _names(state, "cancelled")
+    names = names | {name} if on else names - {name}
+    (state / "cancelled").write_text("".join(f"{n}\n" for n in sorted(names)))
+
+
 def main(argv: list[str]) -> int:
     state = Path(os.environ["HC_STUB_SKY_STATE"])
+    window = None
+    delay = state / "launch_delay"
+    if argv[:1] == ["launch"] and delay.exists():  # provisioning takes a while, outside the lock
+        import time
+
+        t0 = time.time()
+        time.sleep(float(delay.read_text()))
+        window = (t0, time.time())
     # deploy.sh launches in parallel: one call at a time, so clusters.json has no lost updates
     with (state / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if window is not None:
+            with (state / "launch_windows.jsonl").open("a") as f:
+                f.write(json.dumps([argv[argv.index("-c") + 1], *window]) + "\n")
         return _locked(state, argv)
 
 
@@ -120,7 +144,12 @@ def _locked(state: Path, argv: list[str]) -> int:
 
         import yaml
 
-        workdir = (yaml.safe_load(Path(task).read_text()) or {}).get("workdir")
+        doc = yaml.safe_load(Path(task).read_text()) or {}
+        workdir = doc.get("workdir")
+        if doc.get("run") and not workdir:
+            (state / "launched").mkdir(exist_ok=True)
+            (state / "launched" / f"{name}.yaml").write_bytes(Path(task).read_bytes())
+            _set_cancelled(state, name, False)
         runs = state / "exec"
         n = len(list(runs.iterdir())) + 1 if runs.exists() else 1
         dest = runs / str(n)
@@ -128,6 +157,12 @@ def _locked(state: Path, argv: list[str]) -> int:
             shutil.copytree(workdir, dest)
         else:
             dest.mkdir(parents=True)
+    elif argv[:1] == ["cancel"]:
+        name = next((a for a in argv[1:] if not a.startswith("-")), None)
+        if name is None or clusters.get(name) != "UP":
+            print(f"sky cancel: cluster {name} is not UP", file=sys.stderr)
+            return 1
+        _set_cancelled(state, name, True)
     elif argv[:1] == ["check"]:
         print("Checking credentials to enable infra for SkyPilot.")
         for c in argv[1:]:

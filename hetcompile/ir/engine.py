@@ -1,0 +1,39 @@
+"""The engine arguments a replica runs with: the `vllm serve` settings the plan decided.
+
+One list per replica, read by two consumers so that they cannot disagree:
+
+- the vLLM backend (backends/vllm.py) writes them as flags into every node's script, and adds
+  what is per node (rank, master address, host/port on the head, `--headless` elsewhere);
+- the plan document (ir/document.py) records them per replica (`PlanReplica.engine_args`), so
+  `explain OLD NEW`, `migrate` and `deploy` see a change of engine settings (a larger
+  max_model_len, another step budget) as a change of the replica, not as "untouched".
+
+Values are plain (unquoted); the backend shell-quotes the ones that come from the spec.
+"""
+
+from __future__ import annotations
+
+from hetcompile.ir.problem import Problem, Replica
+from hetcompile.perf import analytic
+
+
+def step_budget(ir: Problem, r: Replica) -> int:
+    """The tokens per engine step the replica's capacity was computed with (its step model's
+    chunk_tokens), pinned on the command line so that vLLM's own per-GPU default cannot differ."""
+    sm = r.estimate.step_model
+    return sm.chunk_tokens if sm is not None else analytic.step_token_budget(ir.engine.max_num_seqs)
+
+
+def engine_args(ir: Problem, r: Replica) -> tuple[tuple[str, str], ...]:
+    """(flag, value) of every engine setting, identical on each node of the replica, in flag order."""
+    m = ir.model(r.model)
+    return (
+        ("--served-model-name", m.served_name),
+        ("--tensor-parallel-size", str(r.stages[0].tp)),
+        ("--pipeline-parallel-size", str(len(r.stages))),
+        ("--dtype", r.dtype),
+        ("--max-model-len", str(m.max_model_len)),
+        ("--gpu-memory-utilization", str(ir.engine.gpu_memory_utilization)),
+        ("--max-num-seqs", str(ir.engine.max_num_seqs)),
+        ("--max-num-batched-tokens", str(step_budget(ir, r))),
+    )
