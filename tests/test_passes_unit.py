@@ -220,3 +220,38 @@ def test_place_lowers_each_composed_copy_to_a_chain_covering_the_model() -> None
         assert {s.node for s in r.stages} <= {n.id for n in out.nodes}
     assert sum(n.price_per_s for n in out.nodes) == pytest.approx(
         sum(s.price_per_s * counts[s.id] for s in composed.shapes if s.id in counts))
+
+
+# -- profile: shapes the spec pins (models[].tp / pp) ------------------------------------------------
+
+def _pinned(tmp_path, extra: str) -> Problem:
+    spec = (ROOT / "examples/quickstart/spec.yaml").read_text().replace("    dtype: auto\n", f"    dtype: auto\n{extra}")
+    path = tmp_path / "spec.yaml"
+    path.write_text(spec.replace("gpus_per_node: 1, max_nodes: 4", "gpus_per_node: 4, max_nodes: 4"))
+    return load_problem(path)[0]
+
+
+def test_profile_enumerates_only_the_pinned_tp_and_pp(tmp_path) -> None:
+    from hetcompile.passes.profile import Profile
+
+    free = Profile().run(_pinned(tmp_path, ""), CTX).shapes
+    assert {(s.tp, s.pp) for s in free} > {(2, 1)}  # unpinned: several TP degrees
+    got = Profile().run(_pinned(tmp_path, "    tp: 2\n"), CTX).shapes
+    assert got and {s.tp for s in got} == {2} and {s.offer for s in got} == {"us-central1/A100x4"}  # only 4-GPU nodes
+    deep = Profile().run(_pinned(tmp_path, "    tp: [1, 2]\n    pp: 2\n"), CTX).shapes
+    assert deep and {s.pp for s in deep} == {2} and {s.tp for s in deep} == {1, 2}
+
+
+def test_pinned_shapes_that_nothing_can_run_say_why(tmp_path) -> None:
+    from hetcompile.errors import InfeasibleError, SpecError
+    from hetcompile.passes.compose import Compose
+    from hetcompile.passes.profile import Profile
+
+    ir = Profile().run(_pinned(tmp_path, "    tp: 8\n"), CTX)
+    with pytest.raises(InfeasibleError) as e:
+        Compose().run(ir, CTX)
+    assert "pinned to tp 8" in str(e.value) and "us-east-1/A10Gx1: tp 8 (the least allowed) needs 8 GPUs" in str(e.value)
+    with pytest.raises(SpecError, match="tp 3 is not a power of two"):
+        _pinned(tmp_path, "    tp: 3\n")
+    with pytest.raises(SpecError, match="pp 64 is more stages than its 32 layers"):
+        _pinned(tmp_path, "    pp: 64\n")

@@ -94,6 +94,17 @@ def _check_vllm_runs(gpu: GpuType, smap: SourceMap, path: tuple) -> None:
         )
 
 
+def _pinned(value: int | tuple[int, ...] | None, path: tuple, smap: SourceMap) -> tuple[int, ...] | None:
+    """A model's `tp` / `pp` as the sorted degrees allowed (None: not pinned)."""
+    if value is None:
+        return None
+    vals = (value,) if isinstance(value, int) else tuple(value)
+    if not vals or any(v < 1 for v in vals):
+        raise SpecError(f"{path[-1]} must be a positive integer or a non-empty list of them, got {value!r}",
+                        smap.value(path), hint=f"e.g. `{path[-1]}: 2` or `{path[-1]}: [1, 2]`")
+    return tuple(sorted(set(vals)))
+
+
 def _models(spec: Spec, smap: SourceMap) -> tuple[Model, ...]:
     out = []
     seen: set[str] = set()
@@ -138,7 +149,19 @@ def _models(spec: Spec, smap: SourceMap) -> tuple[Model, ...]:
                     hint="shorten the workload or raise the model's `max_model_len`",
                 )
         dtype = {"auto": "auto", "fp16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}[m.dtype]
-        out.append(Model(name=m.name, served_name=m.served_name or m.name, weights=weights, dtype=dtype, arch=arch, max_model_len=max_len))
+        tp, pp = _pinned(m.tp, ("models", i, "tp"), smap), _pinned(m.pp, ("models", i, "pp"), smap)
+        for t in tp or ():
+            if t & (t - 1) or arch.heads % t or arch.kv_heads % t and t % arch.kv_heads:
+                raise SpecError(f"model {m.name!r}: tp {t} is not a power of two that divides its {arch.heads} attention "
+                                f"heads ({arch.kv_heads} KV heads)", smap.value(("models", i, "tp")),
+                                hint="vLLM shards heads evenly: use a power of two that divides the heads, e.g. "
+                                     + ", ".join(str(x) for x in (1, 2, 4, 8) if arch.heads % x == 0))
+        for d in pp or ():
+            if d > arch.layers:
+                raise SpecError(f"model {m.name!r}: pp {d} is more stages than its {arch.layers} layers",
+                                smap.value(("models", i, "pp")), hint=f"use at most {arch.layers}")
+        out.append(Model(name=m.name, served_name=m.served_name or m.name, weights=weights, dtype=dtype, arch=arch,
+                         max_model_len=max_len, tp=tp, pp=pp))
     return tuple(sorted(out, key=lambda x: x.name))
 
 

@@ -33,6 +33,8 @@ class Model(Frozen):
     dtype_bytes: Annotated[int, Field(description="bytes per weight/KV element")] = 2
     arch: ModelArch
     max_model_len: Annotated[int, Field(gt=0, description="--max-model-len")]
+    tp: Annotated[tuple[int, ...] | None, Field(description="TP degrees the spec allows (None: any)")] = None
+    pp: Annotated[tuple[int, ...] | None, Field(description="pipeline depths the spec allows (None: the default search)")] = None
 
 
 class Workload(Frozen):

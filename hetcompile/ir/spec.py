@@ -113,6 +113,16 @@ class ModelSpec(_Spec):
     max_model_len: Annotated[
         int | None, Field(default=None, gt=0, le=MAX_TOKENS, description="vLLM --max-model-len (default: fits the largest workload)")
     ] = None
+    tp: Annotated[
+        int | tuple[int, ...] | None,
+        Field(default=None, description="pin --tensor-parallel-size: one degree (e.g. 4) or the degrees allowed (e.g. [2, 4]); "
+                                        "default: every power of two that divides the attention heads and fits a node"),
+    ] = None
+    pp: Annotated[
+        int | tuple[int, ...] | None,
+        Field(default=None, description="pin --pipeline-parallel-size (nodes per replica): one depth or the depths allowed; "
+                                        "default: the fewest nodes that hold the model, and one more"),
+    ] = None
 
 
 class SloSpec(_Spec):

@@ -28,6 +28,7 @@ from hetcompile.errors import InfeasibleError
 from hetcompile.ir.problem import Composition, PassReport, Problem
 from hetcompile.plan.doc import Binding
 from hetcompile.passes import compose_alternatives, compose_whatif
+from hetcompile.passes.profile import tp_degrees as profile_tp_degrees
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes.compose_model import (
     ComposeSolution,
@@ -106,8 +107,39 @@ def explain_unprofiled_model(ir: Problem, model: str) -> str | None:
     )
 
 
+def explain_pinned_model(ir: Problem, model: str) -> str | None:
+    """Why the spec's pinned `tp` / `pp` leave `model` no shape, offer by offer (None: not pinned)."""
+    m = ir.model(model)
+    if m.tp is None and m.pp is None:
+        return None
+    lines = []
+    for o in ir.offers:
+        tps = [t for t in profile_tp_degrees(m.arch.heads, o.gpus_per_node) if m.tp is None or t in m.tp]
+        if not tps:
+            lines.append(f"  - {o.id}: tp {min(m.tp or (1,))} (the least allowed) needs {min(m.tp or (1,))} GPUs in one "
+                         f"node; it has {o.gpus_per_node}")
+            continue
+        for t in tps:
+            e = next(e for e in ir.perf if e.model == model and e.gpu == o.gpu and e.tp == t)
+            need = -(-m.arch.layers // e.max_layers) if e.max_layers > 0 else None
+            have = o.max_gpus // t
+            if need is None:
+                lines.append(f"  - {o.id} tp {t}: one layer plus KV for one {m.max_model_len}-token sequence does not fit "
+                             f"{t}x {o.gpu}")
+            elif m.pp is not None:
+                lines.append(f"  - {o.id} tp {t}: needs pp >= {need} ({e.max_layers} of {m.arch.layers} layers per node), "
+                             f"{have} node(s) can be had; pp allowed: {', '.join(map(str, m.pp))}")
+            else:
+                lines.append(f"  - {o.id} tp {t}: needs {human.plural(need, 'node')}, {have} can be had")
+    pins = " and ".join(f"{k} {', '.join(map(str, v))}" for k, v in (("tp", m.tp), ("pp", m.pp)) if v is not None)
+    return f"{model} is pinned to {pins} (models[].tp / pp), and no offer can run such a replica:\n" + "\n".join(lines)
+
+
 def explain_unfit_model(ir: Problem, model: str) -> str:
     """Why no offered node set can hold `model`: the best each offer can do."""
+    pinned = explain_pinned_model(ir, model)
+    if pinned is not None:
+        return pinned
     m = ir.model(model)
     weights = m.arch.layers * next(e for e in ir.perf if e.model == model).layer_bytes
     lines = []
@@ -230,10 +262,12 @@ def check_feasible_inputs(ir: Problem, t: ComposeTables) -> None:
                 "under `profiles:`, offer a GPU that has a profile, or set `estimates: analytic`",
             )
         if not mine:
+            pinned = m.tp is not None or m.pp is not None
             raise InfeasibleError(
                 explain_unfit_model(ir, m.name),
                 ir.span(f"model:{m.name}"),
-                hint="offer GPUs with more memory, more nodes of one type (pipeline parallelism), "
+                hint="allow more degrees (`tp: [1, 2, 4]`), drop the pin, or offer nodes that fit it" if pinned else
+                "offer GPUs with more memory, more nodes of one type (pipeline parallelism), "
                 "a larger gpus_per_node (tensor parallelism), or lower the model's max_model_len",
             )
         if t.budget is not None:

@@ -179,6 +179,8 @@ def enumerate_shapes(ir: Problem, table: tuple[PerfEntry, ...]) -> tuple[Shape, 
         L = m.arch.layers
         for o in ir.offers:
             for t in tp_degrees(m.arch.heads, o.gpus_per_node):
+                if m.tp is not None and t not in m.tp:  # the spec pins the TP degree
+                    continue
                 e = entries[(m.name, o.gpu, t)]
                 max_nodes = o.max_gpus // t
                 measured = {(x.pp): x for x in ir.measured if x.model == m.name and x.gpu == o.gpu and x.tp == t}
@@ -186,6 +188,8 @@ def enumerate_shapes(ir: Problem, table: tuple[PerfEntry, ...]) -> tuple[Shape, 
                 if e.max_layers > 0 and not ir.measured_only:
                     d_min = -(-L // e.max_layers)
                     depths |= set(range(d_min, d_min + EXTRA_DEPTH + 1))
+                if m.pp is not None:  # the spec pins the depth: those, where the model fits
+                    depths = {d for d in m.pp if d in measured or (e.max_layers > 0 and not ir.measured_only)}
                 for d in sorted(depths):
                     if d > max_nodes or d > L:
                         continue
