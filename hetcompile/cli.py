@@ -7,6 +7,7 @@ User errors (`HetcompileError`) print as one clean paragraph with file:line:col 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -62,6 +63,8 @@ def build(
     ),
     no_verify: bool = typer.Option(False, "--no-verify", help="skip pass 7, the simulation that checks the plan's "
                                    "SLOs and queueing bounds and replans until they hold (a quick look; plan.md says it is unverified)"),
+    jobs: int = typer.Option(0, "-j", "--jobs", min=0, help="processes for the verification's replications "
+                             "(0: one per core, at most 4; the plan does not depend on it)"),
 ) -> None:
     """Compile SPEC into a plan and its artifacts under OUT."""
     from hetcompile.plan.canon import dumps_json
@@ -84,7 +87,8 @@ def build(
         except ValueError as exc:
             raise HetcompileError(f"--churn-penalty {churn_penalty!r}: {exc}", hint="give a share such as 2% or 0.02") from None
         res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), previous=previous,
-                           churn_penalty=churn, verify=not no_verify, **{"log": log, **live_args})
+                           churn_penalty=churn, verify=not no_verify, workers=jobs or min(4, os.cpu_count() or 1),
+                           **{"log": log, **live_args})
         if live:  # the passes are done; what follows prints its own lines
             live.close()
             live = None

@@ -24,18 +24,20 @@ def compile_spec(
     status: Callable[[str], None] | None = None,
     on_pass: Callable[[str], None] = lambda _: None,
     verify: bool = True,
+    workers: int = 1,
 ) -> PipelineResult:
     """`previous`: an earlier plan.json to replan against (seed 003 App. M): compose charges every
     replica launched or torn down `churn_penalty` x that plan's objective, and kept replicas keep
     their ids and nodes. `verify=False` leaves out pass 7 (the simulation that checks the plan's
-    targets and replans until they hold: passes/verify.py)."""
+    targets and replans until they hold: passes/verify.py). `workers`: processes the verification's
+    replications run in (the CLI uses the machine's cores; the results do not depend on it)."""
     ir, _, _ = load_problem(spec_path)
     if previous is not None:
         ir = ir.model_copy(update={"previous": previous_plan(read_plan_doc(previous, "previous plan"), churn_penalty)})
     s = ir.solver
     ctx = PassContext(solver=SolverOptions(time_limit_s=s.time_limit_s, mip_gap=s.mip_gap, threads=s.threads, seed=s.seed,
                                            node_limit=s.node_limit, progress=log, status=status),
-                      log=log, on_pass=on_pass)
+                      log=log, on_pass=on_pass, options={"verify_workers": workers})
     # verification re-solves with new tail factors; placements that do not depend on them are reused
     with remembering():
         return run_pipeline(ir, default_pipeline(verify), ctx, stop_after=stop_after, dump_after=dump_after)

@@ -317,6 +317,19 @@ def test_a_repeated_verification_is_the_same_result_without_a_replay(monkeypatch
     assert len(verify._RECENT) == n + 1 and other[1] != first[1]
 
 
+def test_replications_in_processes_give_the_same_verification(monkeypatch) -> None:
+    """`build -j N` runs the verification's replications in N processes: each is a pure function
+    of its seed, so the records are the same, in the same order, as run one after another."""
+    from conftest import ROOT
+    from hetcompile.plan.io import read_plan_doc
+    from hetcompile.simulate import verify
+
+    plan = read_plan_doc(ROOT / "tests/golden/three-regions/plan.json")
+    ts = verify.targets(plan)
+    part = verify.part_of(plan, {t.workload for t in ts})
+    assert verify._replicate(part, ts, 0, workers=2) == verify._replicate(part, ts, 0, workers=1)
+
+
 def test_a_slowdown_of_one_or_less_is_an_error_at_its_line(tmp_path) -> None:
     from conftest import ROOT
     from hetcompile.driver import compile_spec

@@ -46,7 +46,7 @@ class Verify(Pass):
         max_rounds = replay.MAX_ROUNDS
         for rounds in range(1, max_rounds + 1):
             start = time.perf_counter()
-            docs, ws, misses = replay.verify(plan_doc(ir))
+            docs, ws, misses = replay.verify(plan_doc(ir), workers=int(ctx.options.get("verify_workers", 1)))
             if docs is None:
                 return add_report(ir, PassReport(name=self.name, status="skipped", time_s=0.0,
                                                  notes=("nothing to check: no SLO and no queueing bound",)))

@@ -209,16 +209,18 @@ _RECENT: OrderedDict = OrderedDict()
 _RECENT_SIZE = 32
 
 
-def verify(plan: PlanDoc, seed: int = VERIFY_SEED) -> tuple[list[SimulationDoc] | None, list[VerifiedWorkload], list[Miss]]:
+def verify(plan: PlanDoc, seed: int = VERIFY_SEED,
+           workers: int = 1) -> tuple[list[SimulationDoc] | None, list[VerifiedWorkload], list[Miss]]:
     """Replay the plan's targeted part at its planned load, REPLICATIONS times with seeds seed,
-    seed + 1, ... (module docstring); (None, [], []) when nothing is to be checked."""
+    seed + 1, ... (module docstring); (None, [], []) when nothing is to be checked. `workers` > 1
+    runs the replications in that many processes (independent seeds: the same results, in order)."""
     ts = targets(plan)
     if not ts:
         return None, [], []
     plan = part_of(plan, {t.workload for t in ts})
     key = (hashlib.sha256(plan.model_dump_json().encode()).hexdigest(), seed, tuple(ts), REPLICATIONS, VERIFY_REQUESTS)
     if key not in _RECENT:
-        docs, ws, misses = _replicate(plan, ts, seed)
+        docs, ws, misses = _replicate(plan, ts, seed, workers)
         _RECENT[key] = (None if docs is None else tuple(docs), tuple(ws), tuple(misses))
         if len(_RECENT) > _RECENT_SIZE:
             _RECENT.popitem(last=False)
@@ -227,16 +229,28 @@ def verify(plan: PlanDoc, seed: int = VERIFY_SEED) -> tuple[list[SimulationDoc] 
     return None if docs is None else list(docs), list(ws), list(misses)
 
 
-def _replicate(plan: PlanDoc, ts: list[Targets], seed: int) -> tuple[list[SimulationDoc] | None, list[VerifiedWorkload], list[Miss]]:
+def _one(plan: PlanDoc, ts: list[Targets], duration: float, warmup: float, seed: int) -> tuple[SimulationDoc, dict]:
+    """One replication: its summary and, per targeted workload, the requests it measured."""
+    requests, sims = replay(plan, steady_arrivals(plan, duration, seed), duration)
+    return (summarize(plan, requests, sims, duration, warmup, seed=seed),
+            {t.workload: measured(requests, t.workload, warmup, duration) for t in ts})
+
+
+def _replicate(plan: PlanDoc, ts: list[Targets], seed: int,
+               workers: int = 1) -> tuple[list[SimulationDoc] | None, list[VerifiedWorkload], list[Miss]]:
     duration, warmup = run_length(plan, ts)
     if duration <= 0:
         return None, [], []
-    docs, runs = [], {t.workload: [] for t in ts}
-    for k in range(REPLICATIONS):
-        requests, sims = replay(plan, steady_arrivals(plan, duration, seed + k), duration)
-        docs.append(summarize(plan, requests, sims, duration, warmup, seed=seed + k))
-        for t in ts:
-            runs[t.workload].append(measured(requests, t.workload, warmup, duration))
+    seeds = [seed + k for k in range(REPLICATIONS)]
+    if workers > 1:  # forked processes: each replication is a pure function of its seed
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(workers, len(seeds)), mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_one, *zip(*[(plan, ts, duration, warmup, k) for k in seeds])))
+    else:
+        results = [_one(plan, ts, duration, warmup, k) for k in seeds]
+    docs, runs = [d for d, _ in results], {t.workload: [m[t.workload] for _, m in results] for t in ts}
     ws, misses = [], []
     for t in ts:
         vw, mine = judge(t, runs[t.workload])
