@@ -342,6 +342,10 @@ def migrate(
     runner = Runner(ro, health_timeout=timeout_s, drain_s=drain_s, log=lambda m: out.print(m, markup=False),
                     allow_gap=allow_capacity_gap, parallel=parallel)
     rc = runner.run()
+    if rc == 0:  # NEW's deploy record: a later `hetcompile deploy NEW` keeps what runs
+        from hetcompile.migrate.deploy import adopt
+
+        adopt(ro)
     url = runner.router_url() if rc == 0 else None
     if url:
         out.print(f"router: {url}/v1 (OpenAI-compatible)", markup=False)

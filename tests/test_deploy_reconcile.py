@@ -345,3 +345,26 @@ def test_capacity_gap_is_refused_unless_allowed(tmp_path: Path) -> None:
     p = _deploy(tmp_path, env, "--allow-capacity-gap")
     assert p.returncode == 0, p.stdout + p.stderr
     assert _converged(tmp_path, out)["r0"] == "solo-r0"  # restarted in place: the same cluster
+
+
+def test_deploy_after_migrate_keeps_what_runs(tmp_path: Path, builds) -> None:
+    """`migrate OLD NEW` leaves NEW's deploy record naming the clusters that serve NEW (untouched and
+    restarted ones on OLD's names, launched ones on NEW's): a later `deploy NEW` has nothing to do,
+    instead of launching the plan again beside the clusters it did not know (over the budget)."""
+    env = _env(tmp_path)
+    old, new = tmp_path / "out", tmp_path / "new"
+    _write(old, builds["a"])
+    assert _deploy(tmp_path, env).returncode == 0
+    _write(new, builds["d"])  # a longer context: every replica restarts in place, on OLD's clusters
+    m = subprocess.run(["hetcompile", "migrate", str(old), str(new), "--drain", "0s"], env=env, capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert m.returncode == 0, m.stdout + m.stderr
+    rec = Record.load(new)
+    assert rec.plan == "quickstart" and sorted(rec.applied) == ["r0", "r1", "r2", "r3"]
+    assert rec.applied["r0"] == "quickstart-r0" and rec.clusters["quickstart-router"] == {"replica": "router"}
+    n0 = len(_calls(tmp_path))
+    p = subprocess.run(["hetcompile", "deploy", str(new), "--health-poll", "0.01"], env=env, capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "nothing to do" in p.stdout
+    assert [c for c in _calls(tmp_path)[n0:] if c[0] in ("launch", "down", "exec", "cancel")] == []

@@ -218,6 +218,29 @@ def converged(d: Deployment) -> None:
     rec.save(out)
 
 
+def adopt(ro: Rollout) -> dict[str, str]:
+    """After `migrate OLD NEW` converged: NEW's deploy record lists the clusters that now serve NEW's
+    plan (untouched and restarted replicas on OLD's cluster names, launched ones on NEW's), each with
+    NEW's task hash, and NEW's plan as the applied one, so that a later `deploy NEW` (a rebuild into
+    NEW) keeps them instead of seeing unrecorded clusters and launching the plan again beside them.
+    Returns {replica id: cluster}."""
+    new = read_plan(ro.new_dir, "new plan")
+    final = next((a for a in reversed(ro.actions) if a.kind == "route" and a.final), None)
+    if final is not None:
+        clusters = {tid: c for tid, c, _ in final.endpoints}
+    else:  # nothing moved: every replica is an untouched one, on the old plan's cluster
+        clusters = {u.new: f"{ro.old_plan}-{u.old}" for u in ro.migration.untouched if u.new is not None}
+    clusters = {r.id: clusters[r.id] for r in new.replicas if r.id in clusters}
+    rec = Record.load(ro.new_dir)
+    rec.plan = new.plan
+    for rid, c in clusters.items():
+        rec.clusters[c] = {"replica": rid, "hash": task_hash(ro.new_dir, rid)}
+    rec.clusters[ro.router_cluster] = {"replica": ROUTER}
+    hashes = {rid: task_hash(ro.new_dir, rid) for rid in clusters}
+    converged(Deployment(ro.new_dir, ro, rec, hashes, clusters, {}, True))
+    return clusters
+
+
 def teardown(out: Path, env: dict[str, str], log, warn) -> int:
     """`hetcompile teardown OUT`: `sky down` every cluster of this folder's plan that sky lists: the
     record's (whatever plan built them), the router, the plan's own names and unrecorded replicas
