@@ -34,6 +34,35 @@ from hetcompile.router.proxy import Proxy, error_response, invalid_request
 from hetcompile.router.state import Limits
 from hetcompile.router.table import RouteTable, RouterError, compile_table, load_table
 from hetcompile.router.upstream import UpstreamPool
+from aiohttp.web_protocol import RequestHandler
+
+
+class _OpenAIErrors(RequestHandler):
+    """aiohttp's connection handler, except that what it answers itself (a request it cannot parse:
+    broken framing or chunked encoding, an unsupported Content-Encoding, an over-long header; or an
+    unhandled error) has the body of every other error of the router: an OpenAI error object in
+    JSON, not aiohttp's plain text. It still logs as aiohttp does and closes the connection."""
+
+    __slots__ = ()
+
+    def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        plain = super().handle_error(request, status, exc, message)  # logs; raises if a response was sent
+        if status >= 500:
+            resp = error_response(status, "internal error in the router", "InternalServerError")
+        else:
+            resp = invalid_request(status, f"malformed HTTP request: {message or plain.reason}")
+        resp.force_close()
+        return resp
+
+
+class _Server(web.Server):
+    """web.Server whose connections get _OpenAIErrors (the same handler, one method replaced)."""
+
+    def __call__(self) -> RequestHandler:
+        handler = super().__call__()
+        handler.__class__ = _OpenAIErrors
+        return handler
 
 log = logging.getLogger("hetcompile.router")
 
@@ -178,6 +207,7 @@ class Router:
             shutdown_timeout=o.shutdown_timeout,
         )
         await runner.setup()
+        runner.server.__class__ = _Server  # malformed requests answered like the router's own 400s
         site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
         try:
             await site.start()

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from aiohttp import web
+from aiohttp import compression_utils, web
 
 from hetcompile.router.metrics import RouterMetrics
 from hetcompile.router.table import RouteTable
@@ -62,6 +62,10 @@ _MAX_PENDING = 1 << 16
 _UPSTREAM_ERRORS = (UpstreamError, OSError, asyncio.TimeoutError, RuntimeError)
 # the OpenAI error type of a request the router refuses to route (bad body, too large)
 INVALID_REQUEST = "invalid_request_error"
+# request Content-Encodings aiohttp inflates (one coding; br and zstd only with their libraries)
+DECODED_ENCODINGS = frozenset({"", "identity", "gzip", "deflate"}
+                              | ({"br"} if compression_utils.HAS_BROTLI else set())
+                              | ({"zstd"} if getattr(compression_utils, "HAS_ZSTD", False) else set()))
 
 
 def error_body(status: int, message: str, type_: str, param: str | None = None) -> bytes:
@@ -154,6 +158,11 @@ class Proxy:
         if not self.authorized(request):
             m.errors.inc(("unauthorized",))
             return error_response(401, "missing or wrong bearer token", "AuthenticationError")
+        enc = request.headers.get("Content-Encoding", "").strip().lower()
+        if enc not in DECODED_ENCODINGS:  # aiohttp would hand the still-encoded bytes on as the body
+            m.errors.inc(("bad_request",))
+            return invalid_request(415, f"malformed HTTP request: Content-Encoding {enc!r} is not supported "
+                                        f"(send {', '.join(sorted(x for x in DECODED_ENCODINGS if x))} or none)")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge as e:

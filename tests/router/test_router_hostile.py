@@ -241,3 +241,44 @@ def test_load_table_names_what_is_wrong(tmp_path):
         with pytest.raises(RouterError, match="invalid routing table") as e:
             load_table(path)
         assert want in str(e.value), (name, str(e.value))
+
+
+async def _raw(url: str, data: bytes) -> tuple[int, dict]:
+    """Send `data` as is on a new connection; the status and the JSON body of the answer."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    reader, writer = await asyncio.open_connection(u.hostname, u.port)
+    writer.write(data)
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), 30)
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert b"application/json" in head.lower(), head
+    return status, json.loads(body)
+
+
+MALFORMED = [
+    # broken chunked framing: a chunk size that is not hex
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+    # both Content-Length and chunked (request smuggling shape)
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    # a Content-Encoding nobody supports
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Encoding: x-nonsense\r\nContent-Length: 2\r\n\r\n{}",
+    # a header line without a colon
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nthis is not a header\r\nContent-Length: 2\r\n\r\n{}",
+]
+
+
+@pytest.mark.parametrize("data", MALFORMED)
+async def test_malformed_http_gets_the_routers_openai_error_body(tmp_path, data):
+    """What aiohttp answers itself (it cannot parse the request) has the body of the router's own
+    400s: an OpenAI error object, not aiohttp's plain text."""
+    async with FakeVllm("a") as a:
+        async with running_router(write_table(tmp_path / "routing.json", table([replica("a", a.url)]))) as r:
+            status, got = await _raw(r.url, data)
+            assert_openai_error(status, got, 415 if b"x-nonsense" in data else 400)
+            assert got["error"]["message"].startswith("malformed HTTP request")
+        assert a.records == []
