@@ -176,7 +176,7 @@ def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_pla
     asked: list[tuple] = []
     base = _ir()
 
-    def replay_at(factors: tuple) -> tuple:
+    def replay_at(factors: tuple, workers: int = 1) -> tuple:
         f = dict(factors).get("chat", 1.0)
         ws = [VerifiedWorkload(name="chat", target="slo", percentile="p99", ttft_target_s=2.0, tpot_target_s=0.1,
                                ttft_s=1.0, tpot_s=0.1 * f / 0.8, p99_ttft_s=1.0, p99_tpot_s=0.1 * f / 0.8,
