@@ -20,6 +20,8 @@ Xiong et al., "High-Throughput LLM inference on Heterogeneous Clusters" (Huawei;
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 from collections import OrderedDict
 
@@ -83,14 +85,16 @@ def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
     rps, full, conc, bind, ttft, tpot = [], [], [], [], [], []
     factors = dict(ir.tail_factors)
     pre = dec = 0.0
+    # workloads with the same lengths and targets get the same numbers: each computed once (a spec
+    # with thousands of workloads of a few kinds profiles like one with a few)
+    chain, tail, bounds = functools.cache(chain_capacity), functools.cache(tail_capacity), functools.cache(default_ttft_bound)
     for w in (w for w in ir.workloads if w.model == model):
-        e = chain_capacity(rm, w.input_tokens, w.output_tokens)
+        e = chain(rm, w.input_tokens, w.output_tokens)
         pre, dec = max(pre, e.prefill_tokens_per_s), max(dec, e.decode_tokens_per_s)
         full.append((w.name, e.requests_per_s))
         factor = factors.get(w.name, 1.0)
         if w.ttft_slo is not None or w.tpot_slo is not None:
-            t = tail_capacity(rm, w.input_tokens, w.output_tokens, w.slo_quantile, w.ttft_slo, w.tpot_slo,
-                              ir.max_utilization)
+            t = tail(rm, w.input_tokens, w.output_tokens, w.slo_quantile, w.ttft_slo, w.tpot_slo, ir.max_utilization)
             rps.append((w.name, t.requests_per_s * factor))
             conc.append((w.name, t.concurrency))
             b = "slo-" + t.binding.removeprefix("slo-") if t.binding != "headroom" else "slo-headroom"
@@ -102,8 +106,8 @@ def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
             rps.append((w.name, ir.max_utilization * e.requests_per_s * factor))
             bind.append((w.name, e.binding))
         else:
-            bound = default_ttft_bound(rm, w.input_tokens, w.output_tokens, ir.max_ttft_slowdown)
-            t = tail_capacity(rm, w.input_tokens, w.output_tokens, PERCENTILES["p99"], bound, None, ir.max_utilization)
+            bound = bounds(rm, w.input_tokens, w.output_tokens, ir.max_ttft_slowdown)
+            t = tail(rm, w.input_tokens, w.output_tokens, PERCENTILES["p99"], bound, None, ir.max_utilization)
             rps.append((w.name, t.requests_per_s * factor))
             bind.append((w.name, e.binding if t.binding == "headroom" else
                          f"queueing: p99 TTFT held within {ir.max_ttft_slowdown:g}x the idle replica's "
