@@ -255,3 +255,42 @@ def test_pinned_shapes_that_nothing_can_run_say_why(tmp_path) -> None:
         _pinned(tmp_path, "    tp: 3\n")
     with pytest.raises(SpecError, match="pp 64 is more stages than its 32 layers"):
         _pinned(tmp_path, "    pp: 64\n")
+
+
+# -- compose: copies of one kind of workload are one row of the MILP --------------------------------
+
+def test_merge_alike_is_exact_and_splits_by_demand() -> None:
+    """Two workloads with identical columns h_{., w} merge into one of the summed demand; the split
+    solution gives each its share of every shape's rate, and the same y, theta and cost."""
+    from hetcompile.passes.compose_model import ComposeSolution, ComposeTables, merge_alike, split_alike
+
+    t = ComposeTables(shapes=("a", "b"), workloads=("w1", "w2", "w3"), offers=("o",), shape_offer={"a": "o", "b": "o"},
+                      shape_gpus={"a": 1, "b": 2}, demand={"w1": 1.0, "w2": 3.0, "w3": 5.0}, avail={"o": 8}, owned={"o": 0},
+                      price={"o": 1e-3}, budget=None,
+                      h={("a", "w1"): 2.0, ("b", "w1"): 5.0, ("a", "w2"): 2.0, ("b", "w2"): 5.0, ("a", "w3"): 1.0})
+    merged, groups = merge_alike(t)
+    assert merged.workloads == ("w1", "w3") and merged.demand == {"w1": 4.0, "w3": 5.0} and groups == {"w1": ("w1", "w2")}
+    sol = ComposeSolution(y={"a": 1, "b": 1}, r={("a", "w1"): 2.0, ("b", "w1"): 2.0, ("a", "w3"): 5.0}, theta=1.0, cost=0.0)
+    got = split_alike(sol, t, groups)
+    assert got.r == {("a", "w1"): 0.5, ("a", "w2"): 1.5, ("a", "w3"): 5.0, ("b", "w1"): 0.5, ("b", "w2"): 1.5}
+    assert (got.y, got.theta, got.cost) == (sol.y, sol.theta, sol.cost)
+    assert merge_alike(merged)[1] == {}  # all different: the tables as they are
+
+
+def test_compose_of_copied_workloads_equals_compose_of_their_sum(tmp_path) -> None:
+    """The quickstart with chat split into two identical workloads (4/s and 2/s) composes the same
+    replicas and scale as the quickstart itself (chat 6/s), each copy served in proportion."""
+    from hetcompile.passes.compose import Compose
+    from hetcompile.passes.profile import Profile
+
+    text = (ROOT / "examples/quickstart/spec.yaml").read_text()
+    chat = "  - name: chat\n    model: llama-3.1-8b\n    input_tokens: 763\n    output_tokens: 232\n    rate: 6/s\n"
+    assert chat in text
+    split = text.replace(chat, chat.replace("6/s", "4/s") + chat.replace("name: chat", "name: chat2").replace("6/s", "2/s"))
+    path = tmp_path / "spec.yaml"
+    path.write_text(split)
+    one = Compose().run(Profile().run(_ir(), CTX), CTX).composition
+    two = Compose().run(Profile().run(load_problem(path)[0], CTX), CTX).composition
+    assert two.counts == one.counts and two.scale == pytest.approx(one.scale, rel=1e-6)
+    served = {w: sum(x for _, ww, x in two.rates if ww == w) for w in ("chat", "chat2")}
+    assert served["chat"] == pytest.approx(2 * served["chat2"], rel=1e-6)

@@ -35,9 +35,11 @@ from hetcompile.passes.compose_model import (
     ComposeTables,
     build_model,
     extract,
+    merge_alike,
     model_cost_to_per_s,
     solution_churn,
     solution_cost,
+    split_alike,
 )
 from hetcompile.opt.solve import SolveResult, SolverOptions, relative_gap, solve
 from hetcompile.perf.tail import percentile_name
@@ -341,13 +343,14 @@ class SolveLog:
 
 
 def _solve(t: ComposeTables, opts: SolveLog, name: str, objective: str, **kw) -> tuple[SolveResult, ComposeSolution | None]:
-    model = build_model(t, objective, **kw)
+    merged, groups = merge_alike(t)  # copies of one kind of workload: one row in the MILP
+    model = build_model(merged, objective, **kw)
     res = solve(model, opts.options, name=name)
     opts.results.append(res)
     if not res.has_solution:
         return res, None
     fixed = objective == "cost" and kw.get("theta_min") is None
-    return res, extract(model, t, fixed_theta=fixed)
+    return res, split_alike(extract(model, merged, fixed_theta=fixed), t, groups)
 
 
 def _max_theta(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResult, ComposeSolution]:

@@ -193,6 +193,44 @@ class ComposeSolution:
     churn: int = 0  # replicas launched + torn down against the previous plan
 
 
+def merge_alike(t: ComposeTables) -> tuple[ComposeTables, dict[str, tuple[str, ...]]]:
+    """The tables with workloads of identical columns h_{., w} (the same shapes at the same rates:
+    copies of one kind of request) merged into one, of their summed demand; and each merged id
+    (the group's first workload) -> the group. Exact: capacity and coverage see such workloads only
+    through sum_w r_{c,w} and sum_w lambda_w, so a solution of the merged model split in proportion
+    to lambda_w (`split_alike`) is a solution of the original with the same y, theta and cost.
+    The model then grows with the kinds of workload, not their count. Unchanged when all differ."""
+    cols: dict[str, list] = {w: [] for w in t.workloads}
+    for (c, w), h in sorted(t.h.items()):
+        cols[w].append((c, h))
+    groups: dict[tuple, list[str]] = {}
+    for w in t.workloads:
+        groups.setdefault(tuple(cols[w]), []).append(w)
+    if len(groups) == len(t.workloads):
+        return t, {}
+    merged = {ws[0]: tuple(ws) for ws in groups.values()}
+    keep = set(merged)
+    return ComposeTables(
+        shapes=t.shapes, workloads=tuple(w for w in t.workloads if w in keep), offers=t.offers,
+        shape_offer=t.shape_offer, shape_gpus=t.shape_gpus, h={cw: v for cw, v in t.h.items() if cw[1] in keep},
+        demand={w: sum(t.demand[x] for x in ws) for w, ws in merged.items()}, avail=t.avail, owned=t.owned,
+        price=t.price, budget=t.budget, previous=t.previous, churn_weight=t.churn_weight, removed=t.removed,
+    ), {w: ws for w, ws in merged.items() if len(ws) > 1}
+
+
+def split_alike(sol: ComposeSolution, t: ComposeTables, groups: dict[str, tuple[str, ...]]) -> ComposeSolution:
+    """A solution of merge_alike's tables as one of `t`: each group's r_{c,.} split by lambda_w."""
+    if not groups:
+        return sol
+    r = {}
+    for (c, w), v in sol.r.items():
+        ws = groups.get(w, (w,))
+        total = sum(t.demand[x] for x in ws)
+        for x in ws:
+            r[(c, x)] = v * t.demand[x] / total if total > 0 else v / len(ws)
+    return ComposeSolution(y=sol.y, r=dict(sorted(r.items())), theta=sol.theta, cost=sol.cost, churn=sol.churn)
+
+
 def extract(m: pyo.ConcreteModel, t: ComposeTables, fixed_theta: bool) -> ComposeSolution:
     y = {c: int(round(pyo.value(m.y[c]))) for c in t.shapes}
     r = {cw: max(0.0, float(pyo.value(m.r[cw]))) for cw in sorted(t.h)}
