@@ -146,13 +146,15 @@ class PlannedTails:
                     flows.append((lam, self.ws[w].input_tokens))
                     self.rates[(r.id, w)] = lam
             self.rho[r.id], self.prompts[r.id] = rho, flows
-        self._models: dict[tuple[str, str], TailModel] = {}
+        self._models: dict[tuple[str, float, float], list] = {}
+        self._tpots: dict[str, np.ndarray] = {}
 
     def _curve(self, r, w: str) -> list:
-        """The tail model's points of workload w on replica r at every quantile of P_GRID."""
-        key = (r.id, w)
+        """The tail model's points of workload w on replica r at every quantile of P_GRID (the
+        same for every workload of w's lengths on r: computed once per kind, not per workload)."""
+        wl = self.ws[w]
+        key = (r.id, wl.input_tokens, wl.output_tokens)
         if key not in self._models:
-            wl = self.ws[w]
             tm = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
             # at full load (max_utilization 100%) no queue settles: no percentile to state (null)
             rho = self.rho[r.id] if self.rho[r.id] < SATURATED else 1.0
@@ -162,7 +164,12 @@ class PlannedTails:
     def _tpot(self, r) -> np.ndarray:
         """TPOT quantiles on a replica over P_GRID: every sequence in it waits for the same steps, so
         the workloads it serves share one TPOT, their tail models' mixed by the sequences each keeps
-        in flight (lambda_{r,w} x O_w)."""
+        in flight (lambda_{r,w} x O_w). Once per replica."""
+        if r.id not in self._tpots:
+            self._tpots[r.id] = self._mixed_tpot(r)
+        return self._tpots[r.id]
+
+    def _mixed_tpot(self, r) -> np.ndarray:
         num, den = np.zeros(len(P_GRID)), 0.0
         for w in sorted(self.routing):
             if self.routing[w].get(r.id, 0.0) <= 0:

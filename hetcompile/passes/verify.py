@@ -32,6 +32,17 @@ from hetcompile.simulate.verify import Miss, summary, tighten
 BISECT_TOLERANCE = 0.05  # stop refining f_w once the held and missed shares are this close (relative)
 
 
+LOG_MISSES = 5  # a round's log line names this many misses, then counts the rest
+
+
+def _misses_text(misses: list[Miss]) -> str:
+    """'; w: what missed' for the first LOG_MISSES misses, then how many more (a spec of thousands of
+    workloads keeps a one-line round)."""
+    text = "".join(f"; {m.workload}: {miss_text(m)}" for m in misses[:LOG_MISSES])
+    more = len(misses) - LOG_MISSES
+    return text + (f"; and {more} more miss(es) in {len({m.workload for m in misses[LOG_MISSES:]})} workload(s)" if more > 0 else "")
+
+
 class Verify(Pass):
     name = "verify"
     requires = ("replicas", "routing")
@@ -52,7 +63,7 @@ class Verify(Pass):
                                                  notes=("nothing to check: no SLO and no queueing bound",)))
             ctx.log(f"verify: round {rounds}" + (f" at {_factors_text(factors)} of the tail model's load" if factors else "")
                     + f": {sum(w.arrived for d in docs for w in d.workloads)} requests simulated in "
-                    f"{time.perf_counter() - start:.3f}s" + "".join(f"; {m.workload}: {miss_text(m)}" for m in misses))
+                    f"{time.perf_counter() - start:.3f}s" + _misses_text(misses))
             slo = [m for m in misses if m.kind == "slo"]
             unmet = tuple(sorted({f"{m.workload}: {miss_text(m)}" for m in misses if m.kind != "slo"}))
             ver = summary(docs, ws, rounds, factors, unmet)

@@ -196,6 +196,15 @@ def replay(plan: PlanDoc, arrivals: list[Arrival], duration: float) -> tuple[lis
     return requests, sims
 
 
+def by_workload(requests: list[Request]) -> dict[str, list[Request]]:
+    """The requests of each workload, in their order: per-workload statistics read their own list
+    (a plan of thousands of workloads must not scan every request once per workload)."""
+    out: dict[str, list[Request]] = {}
+    for r in requests:
+        out.setdefault(r.workload, []).append(r)
+    return out
+
+
 def measured(requests: list[Request], workload: str, warmup: float, duration: float) -> list[Request]:
     """The workload's requests that arrived inside the measured window [warmup, duration]."""
     return [r for r in requests if r.workload == workload and warmup <= r.arrival <= duration]
@@ -235,10 +244,10 @@ def summarize(plan: PlanDoc, requests: list[Request], sims: list[ReplicaSim], du
     """simulation.json of a replay (module docstring's measurement)."""
     window = max(duration - warmup, 1e-9)
     results = []
+    mine = by_workload(requests)
     for w in sorted(plan.workloads, key=lambda w: w.name):
-        inside = measured(requests, w.name, warmup, duration)
-        done_in_window = [r for r in requests if r.workload == w.name and r.finish is not None
-                          and warmup <= r.finish <= duration]
+        inside = measured(mine.get(w.name, []), w.name, warmup, duration)
+        done_in_window = [r for r in mine.get(w.name, []) if r.finish is not None and warmup <= r.finish <= duration]
         ttft = [ttft_of(r) for r in inside if r.first_token is not None]
         tpot = [t for r in inside if r.finish is not None and (t := tpot_of(r)) is not None]
         slo = w.slo

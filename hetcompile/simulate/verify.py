@@ -46,6 +46,8 @@ missed is an error at the SLO's line; a queueing bound still missed leaves the p
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import math
 from collections import OrderedDict
@@ -57,7 +59,7 @@ from hetcompile.perf.tail import PERCENTILES, idle_ttft
 from hetcompile.plan.doc import PlanDoc, Verification, VerifiedWorkload
 from hetcompile.simulate.doc import SimulationDoc
 from hetcompile.simulate.engine import Request
-from hetcompile.simulate.run import measured, replay, steady_arrivals, summarize, tpot_of, ttft_of, within
+from hetcompile.simulate.run import by_workload, measured, replay, steady_arrivals, summarize, tpot_of, ttft_of, within
 from hetcompile.simulate.tail import requests_for_quantile, settling
 
 REPLICATIONS = 4
@@ -99,6 +101,15 @@ def targets(plan: PlanDoc) -> list[Targets]:
     """Every routed workload's targets (module docstring), in name order."""
     reps = {r.id: r for r in plan.replicas}
     out = []
+    idle_of = functools.cache(idle_ttft)  # workloads of one kind share their idle TTFTs
+
+    @functools.cache
+    def slowest_idle(r: str) -> float | None:
+        """The largest TTFT_idle among the workloads routed to replica r (None: none is)."""
+        vals = [idle_of(reps[r].step_model, o.input_tokens, o.output_tokens) for o in plan.workloads
+                if plan.routing.get(o.name, {}).get(r, 0.0) > 0]
+        return max(vals) if vals else None
+
     for w in sorted(plan.workloads, key=lambda w: w.name):
         if w.served_requests_per_s <= 0:
             continue
@@ -109,8 +120,7 @@ def targets(plan: PlanDoc) -> list[Targets]:
         if plan.max_ttft_slowdown is None:
             continue
         mine = [r for r, x in plan.routing.get(w.name, {}).items() if x > 0 and r in reps and reps[r].step_model is not None]
-        idle = [idle_ttft(reps[r].step_model, o.input_tokens, o.output_tokens) for r in mine for o in plan.workloads
-                if plan.routing.get(o.name, {}).get(r, 0.0) > 0]
+        idle = [x for x in (slowest_idle(r) for r in mine) if x is not None]
         if idle:
             out.append(Targets(w.name, "queueing", "p99", PERCENTILES["p99"], plan.max_ttft_slowdown * max(idle), None))
     return out
@@ -232,8 +242,9 @@ def verify(plan: PlanDoc, seed: int = VERIFY_SEED,
 def _one(plan: PlanDoc, ts: list[Targets], duration: float, warmup: float, seed: int) -> tuple[SimulationDoc, dict]:
     """One replication: its summary and, per targeted workload, the requests it measured."""
     requests, sims = replay(plan, steady_arrivals(plan, duration, seed), duration)
+    mine = by_workload(requests)
     return (summarize(plan, requests, sims, duration, warmup, seed=seed),
-            {t.workload: measured(requests, t.workload, warmup, duration) for t in ts})
+            {t.workload: measured(mine.get(t.workload, []), t.workload, warmup, duration) for t in ts})
 
 
 def _replicate(plan: PlanDoc, ts: list[Targets], seed: int,
