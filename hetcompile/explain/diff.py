@@ -53,13 +53,14 @@ def deploy_key(plan: PlanDoc, r: PlanReplica) -> tuple:
     return (r.model, r.dtype, stage_keys(plan, r))
 
 
-def engine_key(r: PlanReplica) -> tuple:
-    """The replica's engine args, or () when its plan.json predates them (then they match anything)."""
-    return tuple(r.engine_args)
-
-
 def same_engine(o: PlanReplica, n: PlanReplica) -> bool:
-    return not o.engine_args or not n.engine_args or engine_key(o) == engine_key(n)
+    """Whether the engine args agree; a plan.json that predates them (none) matches anything."""
+    return not o.engine_args or not n.engine_args or o.engine_args == n.engine_args
+
+
+def _flags(r: PlanReplica) -> dict[str, str]:
+    """'--flag value' entries as {flag: value} ('' for a flag without one)."""
+    return dict((x.split(" ", 1) + [""])[:2] for x in r.engine_args)
 
 
 def engine_change(o: PlanReplica, n: PlanReplica) -> tuple[str, str] | None:
@@ -67,11 +68,13 @@ def engine_change(o: PlanReplica, n: PlanReplica) -> tuple[str, str] | None:
     flags one side lacks shown as '-'; None when the engines agree."""
     if same_engine(o, n):
         return None
-    a = dict(x.split(" ", 1) if " " in x else (x, "") for x in o.engine_args)
-    b = dict(x.split(" ", 1) if " " in x else (x, "") for x in n.engine_args)
+    a, b = _flags(o), _flags(n)
     keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
-    return ("; ".join(f"{k} {a[k]}".strip() if k in a else f"{k} -" for k in keys),
-            "; ".join(f"{k} {b[k]}".strip() if k in b else f"{k} -" for k in keys))
+
+    def side(f: dict[str, str]) -> str:
+        return "; ".join(f"{k} {f[k]}".strip() if k in f else f"{k} -" for k in keys)
+
+    return side(a), side(b)
 
 
 def node_ids(r: PlanReplica) -> tuple:

@@ -109,6 +109,11 @@ def _task(d: Path, rid: str) -> dict:
     return docs[0] if docs else {}
 
 
+def _secret_args(d: Path, rid: str) -> list[str]:
+    """`--secret NAME` for every secret the replica's task declares (values come from the environment)."""
+    return [a for k in sorted(_task(d, rid).get("secrets") or {}) for a in ("--secret", k)]
+
+
 def _port(task: dict, path: str) -> int:
     ports = (task.get("resources") or {}).get("ports")
     if isinstance(ports, list):
@@ -245,17 +250,14 @@ def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: 
                         f"step {s.index}: {u.label} would launch as cluster {t.cluster}, which already runs a replica of "
                         f"the old plan ({old.plan})", hint="build the new plan with `--previous OLD/plan.json`: "
                         "replica ids (and so cluster names) are then never reused")
-                secrets = sorted((_task(new_dir, t.rid).get("secrets") or {}))
-                argv = ("sky", "launch", "-y", "-d", "-c", t.cluster, f"sky/{t.rid}.yaml",
-                        *[a for k in secrets for a in ("--secret", k)])
+                argv = ("sky", "launch", "-y", "-d", "-c", t.cluster, f"sky/{t.rid}.yaml", *_secret_args(new_dir, t.rid))
             else:
                 argv = ("sky", "down", "-y", t.cluster)
             actions.append(Action(s.index, s.action, s.text, t.cluster, argv, running=after, port=t.port,
                                   rid=t.rid if s.action == "launch" else None))
         elif s.action == "restart":
             t = tgt(u)
-            secrets = sorted((_task(new_dir, t.rid).get("secrets") or {}))
-            argv = ("sky", "exec", t.cluster, f"sky/{t.rid}.yaml", "-d", *[a for k in secrets for a in ("--secret", k)])
+            argv = ("sky", "exec", t.cluster, f"sky/{t.rid}.yaml", "-d", *_secret_args(new_dir, t.rid))
             actions.append(Action(s.index, "restart", s.text, t.cluster, argv, stop=("sky", "cancel", "-y", "-a", t.cluster),
                                   running=after, port=t.port, rid=t.rid))
         else:

@@ -231,12 +231,12 @@ def adopt(ro: Rollout) -> dict[str, str]:
     else:  # nothing moved: every replica is an untouched one, on the old plan's cluster
         clusters = {u.new: f"{ro.old_plan}-{u.old}" for u in ro.migration.untouched if u.new is not None}
     clusters = {r.id: clusters[r.id] for r in new.replicas if r.id in clusters}
+    hashes = {rid: task_hash(ro.new_dir, rid) for rid in clusters}
     rec = Record.load(ro.new_dir)
     rec.plan = new.plan
-    for rid, c in clusters.items():
-        rec.clusters[c] = {"replica": rid, "hash": task_hash(ro.new_dir, rid)}
+    for rid, c in clusters.items():  # overwrites what an earlier deploy of NEW recorded for these names
+        rec.clusters[c] = {"replica": rid, "hash": hashes[rid]}
     rec.clusters[ro.router_cluster] = {"replica": ROUTER}
-    hashes = {rid: task_hash(ro.new_dir, rid) for rid in clusters}
     converged(Deployment(ro.new_dir, ro, rec, hashes, clusters, {}, True))
     return clusters
 

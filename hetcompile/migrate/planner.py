@@ -255,8 +255,11 @@ class Planner:
     def launch(self, u: Unit) -> None:
         self.emit("launch", u, f"launch {u.label} ({self._describe(u)}) and wait until healthy")
 
-    def leave(self, u: Unit) -> None:
+    def drain(self, u: Unit) -> None:
         self.emit("drain", u, f"drain {u.label}: out of the routing table, wait for its in-flight requests")
+
+    def leave(self, u: Unit) -> None:
+        self.drain(u)
         self.emit("teardown", u, f"tear down {u.label} (-{money(self.p.price(u))})")
 
     def final_route(self) -> None:
@@ -316,7 +319,7 @@ class Planner:
                                    f"restarting it leaves {', '.join(lone)} unserved until it is healthy")
             self.outgoing.remove(v)
             self.incoming.remove(u)
-            self.emit("drain", v, f"drain {v.label}: out of the routing table, wait for its in-flight requests")
+            self.drain(v)
             self.restart_steps.add(len(self.steps))
             self.emit("restart", u, f"restart {v.label} in place as {u.label} with the new engine args (same "
                                     f"{self._describe(u)}; no provisioning) and wait until healthy", replaces=v)

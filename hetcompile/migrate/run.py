@@ -296,7 +296,7 @@ class Runner:
         (ro.new_dir / self.reload_task).write_text(ro.reload_task)
         done = self.done()
         running = ro.running
-        for group in self.groups([a for a in ro.actions]):
+        for group in self.groups(ro.actions):
             todo = []
             for a in group:
                 if a.index in done:
@@ -336,7 +336,7 @@ class Runner:
             return None
 
     @staticmethod
-    def groups(actions: list[Action]) -> list[list[Action]]:
+    def groups(actions: tuple[Action, ...]) -> list[list[Action]]:
         """Consecutive launches, and consecutive teardowns, together; every other step alone."""
         out: list[list[Action]] = []
         for a in actions:
