@@ -217,3 +217,28 @@ def test_median_interval_brackets_the_median_and_narrows_with_rows() -> None:
         assert calibrate.median_interval(items) == (lo, hi)
     (a, b), (c, d) = calibrate.median_interval(big), calibrate.median_interval(small)
     assert b - a < (d - c) / 2
+
+
+def test_blis_harness_cycle_of_prompts_is_a_prefix_cache_hit_from_its_second_use() -> None:
+    """The BLIS harness (inference-perf e8e0aa9) sends groups x per_group distinct prompts in a cycle:
+    a prompt's first use finds its group's system prompt only if an earlier prompt of the group came
+    first; every later use finds the whole prompt but the last KV block's remainder (vLLM computes at
+    least one token); a cycle that does not fit the KV cache beside the running sequences never hits."""
+    fid = _bench()
+    hits = fid.cycled_prompt_hits(250, system=100, prompt=566, groups=10, per_group=10)
+    first, rest = hits[:100], hits[100:]
+    assert sorted(set(first)) == [0, 96] and first.count(0) == 10  # each group's first prompt misses
+    assert set(rest) == {560} and 566 - 560 <= fid.KV_BLOCK
+    row = next(r for r in fid.blis_rows(fid.BLIS) if r["id"].startswith("blis-x67"))
+    rm = fid.replica(row, fid.catalog_params([row]))
+    assert not fid.cycle_stays_cached(row, rm, e2e_s=17.0)  # 100 prompts of 1034 tokens beside 17 x 1758
+    assert fid.cycle_stays_cached(row, rm.model_copy(update={"stages": tuple(
+        s.model_copy(update={"kv_tokens": 1e6}) for s in rm.stages)}), e2e_s=17.0)
+
+
+def test_blis_itl_counts_the_tokens_vllm_generated() -> None:
+    """The csv's ITL divides by the harness's re-count of the streamed text (195 of 247 for Llama-2);
+    the rows compare the time per token vLLM generated: (e2e - TTFT) / (output - 1)."""
+    fid = _bench()
+    row = next(r for r in fid.blis_rows(fid.BLIS) if r["id"].startswith("blis-x20260217"))
+    assert row["metrics"]["tpot_ms"] == pytest.approx((2080.7 - 28.0) / 246, rel=1e-3)

@@ -39,7 +39,9 @@ simulator, hetcompile/simulate/engine.py, replays exactly this):
            carrying the micro-batch of the C - 1 other sequences' decode tokens, and the last one
            the prompts that arrived beside it (K' ~ Poisson(r), PASTA); R = E[tau^2] / (2 E[tau])
            over the step mix, the wait for the step in progress (length-biased; 0 on an idle
-           replica, C <= 1). o_r: the per-request overhead; queueing for a slot or for the chunk
+           replica, C <= 1), plus tau on a one-stage replica with async scheduling (vLLM V1's
+           default: the next batch was formed when the step in progress launched, so the request
+           joins the one after it). o_r: the per-request overhead; queueing for a slot or for the chunk
            budget, and the percentiles, are perf/tail.py's (bench/simulate_ttft.py)
 `fluid=True` is the earlier formula (every step carries b decode tokens and b I / O prompt tokens,
 no preemption, no waits), kept so the simulator's mechanics can be checked under its assumptions.
@@ -420,6 +422,10 @@ def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, 
     if not fluid and C > 1.0:
         # the replica is stepping when the request arrives (C - 1 others in flight): it waits for the step in progress
         wait = min(1.0, C - 1.0) * step_residual(points, rm, mix)
+        if rm.host_overlap and rm.depth == 1:
+            # async scheduling: the next batch was formed when the step in progress launched, so the
+            # request waits for that one too (simulate/engine.py)
+            wait += min(1.0, C - 1.0) * tau
     X = mix.requests * output_tokens / tau
     if mix.prefill_bound:
         C = mix.requests * (output_tokens - 1.0 + math.ceil(input_tokens / max(1.0, rm.chunk_tokens - C / rm.depth) - 1e-9)) * rm.depth

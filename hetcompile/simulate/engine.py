@@ -15,6 +15,11 @@ What a replica does, as vLLM's V1 scheduler does it (and as perf/capacity.py ass
   waiting carries only whole prompts (up to `chunk_tokens`, V0's max_num_batched_tokens) and no
   decode; decode steps run when no prompt waits. bench/fidelity.py replays V0 measurements this way;
   plans deploy V1 (the default, mixed steps);
+- async scheduling (`host_overlap`, vLLM V1's default since 0.12), one-stage replicas: the engine
+  core schedules batch N+1 as soon as batch N launches (its batch queue holds two), so a request
+  the scheduler sees while step N runs joins batch N+2, launched when N+1 ends: on a busy replica
+  its TTFT carries one whole step more than under synchronous scheduling (an idle replica
+  schedules it at once). Pipelines form a batch whenever fewer than d are in flight (below);
 - the frontend: a request reaches the scheduler `request_overhead_s` after it arrives (the OpenAI
   server's HTTP handling and tokenization, which the engine step model does not see), so its TTFT
   counts that time as perf/capacity.py's TTFT does;
@@ -88,6 +93,7 @@ class Request:
     preemptions: int = 0
     cached: int = 0  # prompt tokens served by vLLM's prefix cache (a shared system prompt): never prefilled
     order: int = 0  # admission number on its replica: its place in the running list
+    submitted: float = 0.0  # when the scheduler saw it (arrival + request_overhead_s)
 
     def cache_hit(self) -> int:
         """Prompt tokens the prefix cache serves: `cached`, less the one token vLLM always computes."""
@@ -146,6 +152,10 @@ class ReplicaSim:
 
     def __post_init__(self) -> None:
         self.depth = self.model.depth
+        # async scheduling (module docstring): a one-stage replica forms each batch when the one
+        # before it launches, so a batch admits the requests submitted before that launch
+        self.lagged = self.model.host_overlap and self.depth == 1
+        self.launched_at = -math.inf  # when the step in flight (or the last one) was launched
         self.stage_free = [0.0] * self.depth
         self.kv_capacity = int(self.model.kv_capacity_tokens)
         # what step_cost reads every step, built once: the model's coefficients as plain tuples
@@ -155,9 +165,11 @@ class ReplicaSim:
 
     # -- admission and batch formation ------------------------------------------------------------
 
-    def _admit(self) -> None:
+    def _admit(self, cutoff: float = math.inf) -> None:
         while self.waiting and len(self.running) < self.model.max_num_seqs:
             r = self.waiting[0]
+            if r.submitted > cutoff and self.running:
+                return  # it joins the batch formed at the next launch (async scheduling)
             need = r.prefill_target + 1
             if self.kv_used + need > self.kv_capacity:
                 if not self.running and need > self.kv_capacity:
@@ -209,8 +221,9 @@ class ReplicaSim:
             r.in_flight = True
         return _Batch([], prefill, sum(n for _, n in prefill))
 
-    def form_batch(self) -> _Batch | None:
-        self._admit()
+    def form_batch(self, cutoff: float = math.inf) -> _Batch | None:
+        """The next micro-batch; `cutoff`: only requests submitted by then are admitted."""
+        self._admit(cutoff)
         if self.prefill_first:
             batch = self._prefill_only()
             if batch is not None:
@@ -355,6 +368,7 @@ class ReplicaSim:
             free[i] = end
             t = end + hops[i] if i < last else end
         self.in_flight += 1
+        self.launched_at = now
         self.steps += 1
         self.step_tokens += batch.tokens
         if now < self.measure_until:
@@ -456,13 +470,15 @@ class Driver:
         req.replica = replica
         req.prefill_target = req.input_tokens
         req.prefilled = req.cache_hit()
+        req.submitted = self.loop.now
         rep.waiting.append(req)
         self._kick(rep)
 
     def _kick(self, rep: ReplicaSim) -> None:
         if rep.in_flight >= rep.depth:
             return
-        batch = rep.form_batch()
+        # async scheduling: the batch launched now was formed when the previous step launched
+        batch = rep.form_batch(rep.launched_at if rep.lagged else math.inf)
         if batch is None:
             return
         _, end = rep.launch(self.loop.now, batch)
@@ -479,6 +495,7 @@ class Driver:
             return
         rep.apply_run(run, len(run.times))
         rep.run = None
+        rep.launched_at = run.ends[-2]  # the run's last step was launched at the completion before it
         self._done(rep, run.batch)
 
     def settle(self, t: float, inclusive: bool) -> None:
@@ -491,6 +508,8 @@ class Driver:
             done = sum(1 for e in run.ends[:-1] if e < t or (inclusive and e == t))
             rep.apply_run(run, done)
             rep.run = None
+            if done:
+                rep.launched_at = run.ends[done - 1]
             rep.stage_free[0] = run.ends[done]
             self.loop.at(run.ends[done], self._done, rep, run.batch, guard=False)
 

@@ -138,11 +138,15 @@ def closed_loop(model: ReplicaModel, c: int, pairs: list[tuple[int, int]], prefi
 
 
 def open_loop(model: ReplicaModel, rate: float, pairs: list[tuple[int, int]], seed: int = 0,
-              prefill_first: bool = False, times: list[float] | None = None, cached: int = 0) -> LoadResult:
+              prefill_first: bool = False, times: list[float] | None = None,
+              cached: int | list[int] = 0) -> LoadResult:
     """len(pairs) requests with Poisson arrivals at `rate` req/s (the first at t = 0), or at `times`
-    (e.g. staged_times); `cached`: prompt tokens each request finds in the prefix cache."""
+    (e.g. staged_times); `cached`: prompt tokens each request finds in the prefix cache (one number
+    for all, or one per request)."""
     times = poisson_times(len(pairs), rate, seed) if times is None else times
-    reqs = [Request(i, "w", float(t), inp, out, cached=cached) for i, (t, (inp, out)) in enumerate(zip(times, pairs))]
+    hits = cached if isinstance(cached, list) else [cached] * len(pairs)
+    reqs = [Request(i, "w", float(t), inp, out, cached=c)
+            for i, (t, (inp, out), c) in enumerate(zip(times, pairs, hits))]
 
     def schedule(drv: Driver, _reqs: list[Request]) -> None:
         for r in reqs:
