@@ -375,3 +375,32 @@ def test_deploy_after_migrate_keeps_what_runs(tmp_path: Path, builds) -> None:
     assert p.returncode == 0, p.stdout + p.stderr
     assert "nothing to do" in p.stdout
     assert [c for c in _calls(tmp_path)[n0:] if c[0] in ("launch", "down", "exec", "cancel")] == []
+
+
+def test_deploy_after_migrate_to_a_renamed_plan_keeps_its_router(tmp_path: Path, builds) -> None:
+    """`migrate OLD NEW` where NEW's plan has another name keeps OLD's router (clients keep their
+    endpoint); a later `deploy NEW` uses the router NEW's record names instead of launching
+    `<new name>-router` beside it."""
+    from hetcompile.backends.emit import artifacts
+
+    spec = tmp_path / "v2.yaml"
+    spec.write_text(LONGER_CONTEXT.read_text().replace("name: quickstart\n", "name: quickstart-v2\n", 1))
+    env = _env(tmp_path)
+    old, new = tmp_path / "out", tmp_path / "new"
+    _write(old, builds["a"])
+    assert _deploy(tmp_path, env).returncode == 0
+    _write(new, artifacts(build(spec).ir))
+    m = subprocess.run(["hetcompile", "migrate", str(old), str(new), "--drain", "0s"], env=env, capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert m.returncode == 0, m.stdout + m.stderr
+    assert Record.load(new).clusters["quickstart-router"] == {"replica": "router"}
+    for secret in ("router.token", "vllm.key"):  # what the running fleet was given, kept with NEW
+        assert (new / secret).read_text() == (old / secret).read_text()
+        assert (new / secret).stat().st_mode & 0o777 == 0o600
+    n0 = len(_calls(tmp_path))
+    p = subprocess.run(["hetcompile", "deploy", str(new), "--health-poll", "0.01"], env=env, capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "nothing to do" in p.stdout, p.stdout
+    assert [c for c in _calls(tmp_path)[n0:] if c[0] in ("launch", "down", "exec", "cancel")] == []
+    assert "quickstart-v2-router" not in _clusters(tmp_path)

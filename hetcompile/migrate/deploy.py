@@ -36,6 +36,7 @@ from hetcompile.migrate.actions import (
 )
 from hetcompile.migrate.diff import APPLIED, DeployError, ROUTER, Record, legacy_clusters, sky_status, task_hash
 from hetcompile.migrate.planner import plan_migration
+from hetcompile.migrate.run import SECRET_FILES
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,10 @@ def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
     def names(side: str, rid: str) -> str:
         return old_cluster[rid] if side == "old" else clusters[rid]
 
-    router_cluster = f"{name}-router"
+    # the router this folder's record names and sky runs (after `migrate OLD NEW` to a renamed plan,
+    # OLD's: clients keep their endpoint), else the plan's own name
+    router_cluster = next((c for c, e in sorted(record.clusters.items()) if e.get("replica") == ROUTER and c in up),
+                          f"{name}-router")
     router_port = _port(_task(out, "router"), f"{out}/sky/router.yaml")
     ro = rollout_from(old, new, applied_dir, out, mig, names, router_cluster=router_cluster, router_port=router_port,
                       notes=tuple(notes), work="deploy", command=f"hetcompile deploy {out}", secrets_dir=out,
@@ -237,6 +241,13 @@ def adopt(ro: Rollout) -> dict[str, str]:
     for rid, c in clusters.items():  # overwrites what an earlier deploy of NEW recorded for these names
         rec.clusters[c] = {"replica": rid, "hash": hashes[rid]}
     rec.clusters[ro.router_cluster] = {"replica": ROUTER}
+    # the fleet that now serves NEW holds OLD's replica key and router token: NEW's folder keeps them,
+    # so a later `deploy NEW` reaches the router and launches replicas the router can call
+    src = ro.secrets_dir or ro.old_dir
+    for name in SECRET_FILES.values():
+        if (src / name).is_file() and src.resolve() != ro.new_dir.resolve():
+            shutil.copyfile(src / name, ro.new_dir / name)
+            (ro.new_dir / name).chmod(0o600)
     converged(Deployment(ro.new_dir, ro, rec, hashes, clusters, {}, True))
     return clusters
 
