@@ -212,117 +212,133 @@ class Response:
         self._keep_alive = ("keep-alive" in conn) if http10 else ("close" not in conn)
 
     def _parse(self) -> None:
-        buf = self._buf
-        while True:
-            st = self._state
-            if st == _HEAD:
-                i = buf.find(b"\r\n\r\n")
-                if i < 0:
-                    if len(buf) > _MAX_HEAD:
-                        raise ProtocolError("response head too large")
-                    return
-                head = bytes(buf[:i])
-                del buf[: i + 4]
-                self._parse_head(head)
-                s = self.status
-                if 100 <= s < 200:
-                    continue  # interim response: the real one follows
-                self._head_done = True
-                h = self.headers
-                te = h.get("transfer-encoding")
-                if s in (204, 304):
-                    self._state = _DONE
-                elif te is not None and te.lower().rstrip().endswith("chunked"):
-                    self._chunked = True
-                    self._state = _CHUNK_SIZE
-                elif "content-length" in h:
-                    try:
-                        n = int(h["content-length"])
-                    except ValueError:
-                        raise ProtocolError("bad Content-Length") from None
-                    if n < 0:
-                        raise ProtocolError("bad Content-Length")
-                    self._remaining = n
-                    self._state = _LENGTH if n else _DONE
-                else:
-                    self._keep_alive = False
-                    self._state = _UNTIL_CLOSE
-            elif st == _LENGTH:
-                if not buf:
-                    return
-                n = self._remaining
-                if len(buf) <= n:
-                    part = bytes(buf)
-                    buf.clear()
-                else:
-                    part = bytes(buf[:n])
-                    del buf[:n]
-                self._remaining = n - len(part)
-                self._push(part)
-                if self._remaining == 0:
-                    self._state = _DONE
-            elif st == _CHUNK_SIZE:
-                i = buf.find(b"\r\n")
-                if i < 0:
-                    if len(buf) > 4096:
-                        raise ProtocolError("chunk size line too long")
-                    return
-                line = bytes(buf[:i]).split(b";", 1)[0].strip()
-                del buf[: i + 2]
-                try:
-                    size = int(line, 16)
-                except ValueError:
-                    raise ProtocolError(f"bad chunk size {line[:20]!r}") from None
-                if size < 0:
-                    raise ProtocolError("bad chunk size")
-                if size == 0:
-                    self._state = _TRAILERS
-                else:
-                    self._remaining = size
-                    self._state = _CHUNK_DATA
-            elif st == _CHUNK_DATA:
-                if not buf:
-                    return
-                n = self._remaining
-                if len(buf) <= n:
-                    part = bytes(buf)
-                    buf.clear()
-                else:
-                    part = bytes(buf[:n])
-                    del buf[:n]
-                self._remaining = n - len(part)
-                self._push(part)
-                if self._remaining == 0:
-                    self._state = _CHUNK_CRLF
-            elif st == _CHUNK_CRLF:
-                if len(buf) < 2:
-                    return
-                if buf[:2] != b"\r\n":
-                    raise ProtocolError("missing CRLF after chunk")
-                del buf[:2]
-                self._state = _CHUNK_SIZE
-            elif st == _TRAILERS:
-                i = buf.find(b"\r\n")
-                if i < 0:
-                    if len(buf) > _MAX_HEAD:
-                        raise ProtocolError("trailers too large")
-                    return
-                empty = i == 0
-                del buf[: i + 2]
-                if empty:
-                    self._state = _DONE
-            elif st == _UNTIL_CLOSE:
-                if buf:
-                    self._push(bytes(buf))
-                    buf.clear()
-                return
-            else:  # _DONE
-                self._done = True
-                if buf:
-                    # bytes beyond the message: the connection is out of step
-                    self._keep_alive = False
-                    buf.clear()
-                return
+        """Consume what the buffer holds, one state of the response at a time: each state's step
+        returns True to go on with the next state, False when it needs more bytes (or is done)."""
+        steps = self._STEPS
+        while steps[self._state](self, self._buf):
+            pass
+
+    def _head(self, buf: bytearray) -> bool:
+        i = buf.find(b"\r\n\r\n")
+        if i < 0:
+            if len(buf) > _MAX_HEAD:
+                raise ProtocolError("response head too large")
+            return False
+        head = bytes(buf[:i])
+        del buf[: i + 4]
+        self._parse_head(head)
+        s = self.status
+        if 100 <= s < 200:
+            return True  # interim response: the real one follows
+        self._head_done = True
+        self._state = self._body_state(s, self.headers)
+        return True
+
+    def _body_state(self, status: int, h: dict[str, str]) -> int:
+        """How the body is framed (RFC 9112 6.3): none, chunked, a Content-Length, or until close."""
+        te = h.get("transfer-encoding")
+        if status in (204, 304):
+            return _DONE
+        if te is not None and te.lower().rstrip().endswith("chunked"):
+            self._chunked = True
+            return _CHUNK_SIZE
+        if "content-length" in h:
+            try:
+                n = int(h["content-length"])
+            except ValueError:
+                raise ProtocolError("bad Content-Length") from None
+            if n < 0:
+                raise ProtocolError("bad Content-Length")
+            self._remaining = n
+            return _LENGTH if n else _DONE
+        self._keep_alive = False
+        return _UNTIL_CLOSE
+
+    def _take(self, buf: bytearray) -> bool:
+        """Pass on up to `_remaining` body bytes; True once they are all in."""
+        n = self._remaining
+        if len(buf) <= n:
+            part = bytes(buf)
+            buf.clear()
+        else:
+            part = bytes(buf[:n])
+            del buf[:n]
+        self._remaining = n - len(part)
+        self._push(part)
+        return self._remaining == 0
+
+    def _length(self, buf: bytearray) -> bool:
+        if not buf:
+            return False
+        if self._take(buf):
+            self._state = _DONE
+        return True
+
+    def _chunk_size(self, buf: bytearray) -> bool:
+        i = buf.find(b"\r\n")
+        if i < 0:
+            if len(buf) > 4096:
+                raise ProtocolError("chunk size line too long")
+            return False
+        line = bytes(buf[:i]).split(b";", 1)[0].strip()
+        del buf[: i + 2]
+        try:
+            size = int(line, 16)
+        except ValueError:
+            raise ProtocolError(f"bad chunk size {line[:20]!r}") from None
+        if size < 0:
+            raise ProtocolError("bad chunk size")
+        if size == 0:
+            self._state = _TRAILERS
+        else:
+            self._remaining = size
+            self._state = _CHUNK_DATA
+        return True
+
+    def _chunk_data(self, buf: bytearray) -> bool:
+        if not buf:
+            return False
+        if self._take(buf):
+            self._state = _CHUNK_CRLF
+        return True
+
+    def _chunk_crlf(self, buf: bytearray) -> bool:
+        if len(buf) < 2:
+            return False
+        if buf[:2] != b"\r\n":
+            raise ProtocolError("missing CRLF after chunk")
+        del buf[:2]
+        self._state = _CHUNK_SIZE
+        return True
+
+    def _trailers(self, buf: bytearray) -> bool:
+        i = buf.find(b"\r\n")
+        if i < 0:
+            if len(buf) > _MAX_HEAD:
+                raise ProtocolError("trailers too large")
+            return False
+        empty = i == 0
+        del buf[: i + 2]
+        if empty:
+            self._state = _DONE
+        return True
+
+    def _until_close(self, buf: bytearray) -> bool:
+        if buf:
+            self._push(bytes(buf))
+            buf.clear()
+        return False
+
+    def _finished(self, buf: bytearray) -> bool:
+        self._done = True
+        if buf:
+            # bytes beyond the message: the connection is out of step
+            self._keep_alive = False
+            buf.clear()
+        return False
+
+    # one step per state, indexed by the state's number (_HEAD .. _DONE)
+    _STEPS = (_head, _length, _chunk_size, _chunk_data, _chunk_crlf, _trailers, _until_close, _finished)
 
     # -- consumer side -----------------------------------------------------------------------
 
