@@ -29,7 +29,7 @@ import difflib
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Sequence
@@ -211,6 +211,28 @@ def _resolve(name: str) -> tuple[_Flag | None, str | None]:
     return None, f"{name}: unknown flag for vllm serve {VLLM_VERSION}{_did_you_mean(name)}"
 
 
+@dataclass
+class _Scan:
+    """check_serve_argv's walk over one argv: the position, what it found so far, the problems."""
+
+    argv: list[str]
+    i: int = 0
+    problems: list[str] = field(default_factory=list)
+    positionals: list[tuple[int, str]] = field(default_factory=list)  # (argv index, token)
+    seen: dict[str, str] = field(default_factory=dict)  # dest -> the option that set it first
+    model_flag: str | None = None
+    has_config: bool = False
+    served_name: bool = False
+
+    def value_follows(self) -> bool:
+        """The next token is a value (not an option, not `--`)."""
+        return self.i < len(self.argv) and not _is_option(self.argv[self.i]) and self.argv[self.i] != "--"
+
+    def take(self) -> str:
+        self.i += 1
+        return self.argv[self.i - 1]
+
+
 def check_serve_argv(argv: Sequence[str]) -> list[str]:
     """Check the arguments that follow `vllm serve` against the 0.33.0 flag table.
 
@@ -219,104 +241,109 @@ def check_serve_argv(argv: Sequence[str]) -> list[str]:
     choices, values that are not ints/floats/JSON where the flag needs one, values outside the
     hand-kept enums, flags given twice, and a missing or misplaced model.
     """
-    argv = list(argv)
-    problems: list[str] = []
-    positionals: list[tuple[int, str]] = []
-    seen: dict[str, str] = {}
-    model_flag: str | None = None
-    has_config = False
-    served_name = False
-    i = 0
+    scan = _Scan(list(argv))
     options_done = False
-    while i < len(argv):
-        token = argv[i]
-        i += 1
+    while scan.i < len(scan.argv):
+        token = scan.take()
         if options_done or not _is_option(token):
-            positionals.append((i - 1, token))
-            continue
-        if token == "--":
+            scan.positionals.append((scan.i - 1, token))
+        elif token == "--":
             options_done = True
-            continue
-        if token.startswith("-O") and token not in _table():
-            # FlexibleArgumentParser: -O3, -O=3 and -O 3 mean --optimization-level 3.
-            level = token[3:] if token[2:3] == "=" else token[2:]
-            if not level:
-                if i < len(argv) and argv[i] in {"0", "1", "2", "3"}:
-                    i += 1
-                else:
-                    problems.append("-O: expected an optimization level (0-3)")
-            continue
-        name, has_eq, inline = token.partition("=")
-        name = _normalize(name)
-        base, dot, _subkey = name.partition(".")
-        if dot:
-            # `--flag.key value` / `-x.key=value`: vLLM folds these into `--flag '{"key": ...}'`.
-            flag, problem = _resolve(base)
-            if problem:
-                problems.append(problem.replace(base, name, 1))
-            if not has_eq:
-                if i < len(argv):
-                    i += 1
-                else:
-                    problems.append(f"{name}: expected a value")
-            if flag is not None and flag.type not in _JSON_TYPES:
-                problems.append(f"{name}: {flag.name} is not a JSON flag, so it takes no .key form")
-            continue
-        flag, problem = _resolve(name)
-        if problem:
-            problems.append(problem)
-        if flag is None:
-            # Skip the unknown flag's probable value so it is not reported again as a positional.
-            if not has_eq and i < len(argv) and not _is_option(argv[i]):
-                i += 1
-            continue
-        if flag.dest == "model":
-            model_flag = name
-        has_config |= flag.dest == "config"
-        served_name |= flag.dest == "served_model_name"
-        if flag.kind not in ("_AppendAction", "_HelpAction"):
-            if flag.dest in seen:
-                problems.append(f"{name}: sets {flag.dest!r} again (already set by {seen[flag.dest]})")
-            seen.setdefault(flag.dest, name)
-
-        values: list[str] = []
-        if flag.nargs == 0:
-            if has_eq:
-                problems.append(f"{name}: takes no value (got {inline!r})")
-            continue
-        if has_eq:
-            values = [inline]
-        elif flag.nargs == "+":
-            while i < len(argv) and not _is_option(argv[i]) and argv[i] != "--":
-                values.append(argv[i])
-                i += 1
-            if not values:
-                problems.append(f"{name}: expected at least one value")
-        elif flag.nargs == "?":
-            if i < len(argv) and not _is_option(argv[i]) and argv[i] != "--":
-                values.append(argv[i])
-                i += 1
+        elif token.startswith("-O") and token not in _table():
+            _optimization_level(scan, token)
         else:
-            if i < len(argv) and not _is_option(argv[i]) and argv[i] != "--":
-                values.append(argv[i])
-                i += 1
-            else:
-                problems.append(f"{name}: expected a value")
-        for value in values:
-            problems.extend(_check_value(flag, name, value))
+            _option(scan, token)
+    return scan.problems + _model_problems(scan)
 
-    # The model: one positional (or the deprecated --model), first in the argv.
-    literal = [(k, p) for k, p in positionals if "$" not in p]
-    first = positionals[0] if positionals else None
-    if model_flag is not None:
-        problems.append(f"{model_flag}: deprecated in `vllm serve`; give the model as the first positional argument")
+
+def _optimization_level(scan: _Scan, token: str) -> None:
+    """FlexibleArgumentParser: -O3, -O=3 and -O 3 mean --optimization-level 3."""
+    level = token[3:] if token[2:3] == "=" else token[2:]
+    if level:
+        return
+    if scan.i < len(scan.argv) and scan.argv[scan.i] in {"0", "1", "2", "3"}:
+        scan.take()
+    else:
+        scan.problems.append("-O: expected an optimization level (0-3)")
+
+
+def _option(scan: _Scan, token: str) -> None:
+    """One option and its values: resolved against the table, recorded, its values checked."""
+    name, has_eq, inline = token.partition("=")
+    name = _normalize(name)
+    base, dot, _subkey = name.partition(".")
+    if dot:
+        _dotted_option(scan, name, base, bool(has_eq))
+        return
+    flag, problem = _resolve(name)
+    if problem:
+        scan.problems.append(problem)
+    if flag is None:
+        # Skip the unknown flag's probable value so it is not reported again as a positional.
+        if not has_eq and scan.i < len(scan.argv) and not _is_option(scan.argv[scan.i]):
+            scan.take()
+        return
+    if flag.dest == "model":
+        scan.model_flag = name
+    scan.has_config |= flag.dest == "config"
+    scan.served_name |= flag.dest == "served_model_name"
+    if flag.kind not in ("_AppendAction", "_HelpAction"):
+        if flag.dest in scan.seen:
+            scan.problems.append(f"{name}: sets {flag.dest!r} again (already set by {scan.seen[flag.dest]})")
+        scan.seen.setdefault(flag.dest, name)
+    for value in _values(scan, flag, name, inline if has_eq else None):
+        scan.problems.extend(_check_value(flag, name, value))
+
+
+def _dotted_option(scan: _Scan, name: str, base: str, has_eq: bool) -> None:
+    """`--flag.key value` / `-x.key=value`: vLLM folds these into `--flag '{"key": ...}'`."""
+    flag, problem = _resolve(base)
+    if problem:
+        scan.problems.append(problem.replace(base, name, 1))
+    if not has_eq:
+        if scan.i < len(scan.argv):
+            scan.take()
+        else:
+            scan.problems.append(f"{name}: expected a value")
+    if flag is not None and flag.type not in _JSON_TYPES:
+        scan.problems.append(f"{name}: {flag.name} is not a JSON flag, so it takes no .key form")
+
+
+def _values(scan: _Scan, flag: _Flag, name: str, inline: str | None) -> list[str]:
+    """The option's values, by its nargs (`inline`: the value after `=`, None without one)."""
+    if flag.nargs == 0:
+        if inline is not None:
+            scan.problems.append(f"{name}: takes no value (got {inline!r})")
+        return []
+    if inline is not None:
+        return [inline]
+    values: list[str] = []
+    if flag.nargs == "+":
+        while scan.value_follows():
+            values.append(scan.take())
+        if not values:
+            scan.problems.append(f"{name}: expected at least one value")
+    elif scan.value_follows():
+        values.append(scan.take())
+    elif flag.nargs != "?":
+        scan.problems.append(f"{name}: expected a value")
+    return values
+
+
+def _model_problems(scan: _Scan) -> list[str]:
+    """The model: one positional (or the deprecated --model), first in the argv."""
+    problems: list[str] = []
+    literal = [(k, p) for k, p in scan.positionals if "$" not in p]
+    first = scan.positionals[0] if scan.positionals else None
+    if scan.model_flag is not None:
+        problems.append(f"{scan.model_flag}: deprecated in `vllm serve`; give the model as the first positional argument")
         extra = literal
     else:
         extra = [(k, p) for k, p in literal if first is None or k != first[0]]
-        if first is None and not has_config:
-            swallowed = " (a model after --served-model-name is read as another served name)" if served_name else ""
+        if first is None and not scan.has_config:
+            swallowed = " (a model after --served-model-name is read as another served name)" if scan.served_name else ""
             problems.append(f"no model: give it as the first positional argument of `vllm serve`{swallowed}")
-        elif first is not None and first[0] != 0 and served_name and not has_config:
+        elif first is not None and first[0] != 0 and scan.served_name and not scan.has_config:
             problems.append(
                 f"model {first[1]!r} is not the first argument; vLLM requires `vllm serve <model> ...` "
                 "when --served-model-name is used"
