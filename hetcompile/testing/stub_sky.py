@@ -79,102 +79,140 @@ def main(argv: list[str]) -> int:
         return _locked(state, argv)
 
 
+class _Exit(Exception):
+    """A command that ends early: its exit code, clusters.json left as it was."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
 def _locked(state: Path, argv: list[str]) -> int:
     with (state / "calls.jsonl").open("a") as f:
         f.write(json.dumps(argv) + "\n")
     cpath = state / "clusters.json"
     clusters: dict[str, str] = json.loads(cpath.read_text()) if cpath.exists() else {}
-    rc = 0
     for i, a in enumerate(argv[:-1]):
         if a == "--secret" and "=" not in argv[i + 1] and not os.environ.get(argv[i + 1]):
             print(f"sky: --secret {argv[i + 1]}: not set in the environment", file=sys.stderr)
             return 1
-    if argv[:1] == ["launch"]:
-        name = argv[argv.index("-c") + 1]
-        if name in _names(state, "fail_launch"):
-            print(f"sky launch: stub failure for {name}", file=sys.stderr)
-            return 1
-        clusters[name] = "UP"
-        task = next((a for a in argv[argv.index("-c") + 2:] if a.endswith((".yaml", ".yml"))), None)
-        if task is not None:
-            (state / "launched").mkdir(exist_ok=True)
-            (state / "launched" / f"{name}.yaml").write_bytes(Path(task).read_bytes())
-        if name in _names(state, "kill_after"):
-            cpath.write_text(json.dumps(clusters, sort_keys=True))
-            import signal
-
-            os.kill(os.getppid(), signal.SIGKILL)
-    elif argv[:2] == ["jobs", "launch"]:
-        task = argv[-1]
-        if task in _names(state, "fail_launch"):
-            return 1
-        clusters[task] = "JOB"
-    elif argv[:1] == ["down"]:
-        for name in [a for a in argv[1:] if not a.startswith("-")]:
-            if name in _names(state, "fail_down"):
-                print(f"sky down: stub failure for {name}", file=sys.stderr)
-                rc = 1
-            else:
-                clusters.pop(name, None)
-    elif argv[:2] == ["jobs", "cancel"]:
-        name = argv[argv.index("-n") + 1]
-        if name in _names(state, "fail_down"):
-            rc = 1
-    elif argv[:1] == ["status"]:
-        if "--endpoint" in argv:
-            i = argv.index("--endpoint")
-            port, name = argv[i + 1], argv[i + 2]
-            if clusters.get(name) != "UP":
-                return 1
-            eps = json.loads((state / "endpoints.json").read_text()) if (state / "endpoints.json").exists() else {}
-            default = state / "endpoint_default"
-            print(eps.get(name, default.read_text().strip() if default.exists() else f"127.0.0.1:{port}"))
-        else:
-            wanted = [a for a in argv[1:] if not a.startswith("-")]
-            print("NAME  INFRA  STATUS")
-            for name, st in sorted(clusters.items()):
-                if not wanted or name in wanted:
-                    print(f"{name}  stub  {st}")
-    elif argv[:1] == ["exec"]:
-        name, task = argv[1], argv[2]
-        if clusters.get(name) != "UP" or name in _names(state, "fail_exec"):
-            print(f"sky exec: stub failure for {name}", file=sys.stderr)
-            return 1
-        import shutil
-
-        import yaml
-
-        doc = yaml.safe_load(Path(task).read_text()) or {}
-        workdir = doc.get("workdir")
-        if doc.get("run") and not workdir:
-            (state / "launched").mkdir(exist_ok=True)
-            (state / "launched" / f"{name}.yaml").write_bytes(Path(task).read_bytes())
-            _set_cancelled(state, name, False)
-        runs = state / "exec"
-        n = len(list(runs.iterdir())) + 1 if runs.exists() else 1
-        dest = runs / str(n)
-        if workdir:
-            shutil.copytree(workdir, dest)
-        else:
-            dest.mkdir(parents=True)
-    elif argv[:1] == ["cancel"]:
-        name = next((a for a in argv[1:] if not a.startswith("-")), None)
-        if name is None or clusters.get(name) != "UP":
-            print(f"sky cancel: cluster {name} is not UP", file=sys.stderr)
-            return 1
-        _set_cancelled(state, name, True)
-    elif argv[:1] == ["check"]:
-        print("Checking credentials to enable infra for SkyPilot.")
-        for c in argv[1:]:
-            if c in _names(state, "fail_check"):
-                print(f"\x1b[2m  {c.upper()}: disabled \x1b[0m\n    Reason: stub has no credentials for {c}")
-            else:
-                print(f"  {c.upper()}: enabled [compute]")
-    else:
+    command = _COMMANDS.get(tuple(argv[:2])) or _COMMANDS.get(tuple(argv[:1]))
+    if command is None:
         print(f"stub sky: unsupported {argv}", file=sys.stderr)
         return 2
+    try:
+        rc = command(state, argv, clusters)
+    except _Exit as e:
+        return e.code
     cpath.write_text(json.dumps(clusters, sort_keys=True))
     return rc
+
+
+def _launch(state: Path, argv: list[str], clusters: dict[str, str]) -> int:
+    name = argv[argv.index("-c") + 1]
+    if name in _names(state, "fail_launch"):
+        print(f"sky launch: stub failure for {name}", file=sys.stderr)
+        raise _Exit(1)
+    clusters[name] = "UP"
+    task = next((a for a in argv[argv.index("-c") + 2:] if a.endswith((".yaml", ".yml"))), None)
+    if task is not None:
+        (state / "launched").mkdir(exist_ok=True)
+        (state / "launched" / f"{name}.yaml").write_bytes(Path(task).read_bytes())
+    if name in _names(state, "kill_after"):
+        (state / "clusters.json").write_text(json.dumps(clusters, sort_keys=True))
+        import signal
+
+        os.kill(os.getppid(), signal.SIGKILL)
+    return 0
+
+
+def _jobs_launch(state: Path, argv: list[str], clusters: dict[str, str]) -> int:
+    task = argv[-1]
+    if task in _names(state, "fail_launch"):
+        raise _Exit(1)
+    clusters[task] = "JOB"
+    return 0
+
+
+def _down(state: Path, argv: list[str], clusters: dict[str, str]) -> int:
+    rc = 0
+    for name in [a for a in argv[1:] if not a.startswith("-")]:
+        if name in _names(state, "fail_down"):
+            print(f"sky down: stub failure for {name}", file=sys.stderr)
+            rc = 1
+        else:
+            clusters.pop(name, None)
+    return rc
+
+
+def _jobs_cancel(state: Path, argv: list[str], clusters: dict[str, str]) -> int:
+    return 1 if argv[argv.index("-n") + 1] in _names(state, "fail_down") else 0
+
+
+def _status(state: Path, argv: list[str], clusters: dict[str, str]) -> int:
+    if "--endpoint" in argv:
+        i = argv.index("--endpoint")
+        port, name = argv[i + 1], argv[i + 2]
+        if clusters.get(name) != "UP":
+            raise _Exit(1)
+        eps = json.loads((state / "endpoints.json").read_text()) if (state / "endpoints.json").exists() else {}
+        default = state / "endpoint_default"
+        print(eps.get(name, default.read_text().strip() if default.exists() else f"127.0.0.1:{port}"))
+        return 0
+    wanted = [a for a in argv[1:] if not a.startswith("-")]
+    print("NAME  INFRA  STATUS")
+    for name, st in sorted(clusters.items()):
+        if not wanted or name in wanted:
+            print(f"{name}  stub  {st}")
+    return 0
+
+
+def _exec(state: Path, argv: list[str], clusters: dict[str, str]) -> int:
+    name, task = argv[1], argv[2]
+    if clusters.get(name) != "UP" or name in _names(state, "fail_exec"):
+        print(f"sky exec: stub failure for {name}", file=sys.stderr)
+        raise _Exit(1)
+    import shutil
+
+    import yaml
+
+    doc = yaml.safe_load(Path(task).read_text()) or {}
+    workdir = doc.get("workdir")
+    if doc.get("run") and not workdir:
+        (state / "launched").mkdir(exist_ok=True)
+        (state / "launched" / f"{name}.yaml").write_bytes(Path(task).read_bytes())
+        _set_cancelled(state, name, False)
+    runs = state / "exec"
+    n = len(list(runs.iterdir())) + 1 if runs.exists() else 1
+    dest = runs / str(n)
+    if workdir:
+        shutil.copytree(workdir, dest)
+    else:
+        dest.mkdir(parents=True)
+    return 0
+
+
+def _cancel(state: Path, argv: list[str], clusters: dict[str, str]) -> int:
+    name = next((a for a in argv[1:] if not a.startswith("-")), None)
+    if name is None or clusters.get(name) != "UP":
+        print(f"sky cancel: cluster {name} is not UP", file=sys.stderr)
+        raise _Exit(1)
+    _set_cancelled(state, name, True)
+    return 0
+
+
+def _check(state: Path, argv: list[str], clusters: dict[str, str]) -> int:
+    print("Checking credentials to enable infra for SkyPilot.")
+    for c in argv[1:]:
+        if c in _names(state, "fail_check"):
+            print(f"\x1b[2m  {c.upper()}: disabled \x1b[0m\n    Reason: stub has no credentials for {c}")
+        else:
+            print(f"  {c.upper()}: enabled [compute]")
+    return 0
+
+
+# `sky` subcommands the stub answers, by their first one or two words
+_COMMANDS = {("launch",): _launch, ("jobs", "launch"): _jobs_launch, ("down",): _down, ("jobs", "cancel"): _jobs_cancel,
+             ("status",): _status, ("exec",): _exec, ("cancel",): _cancel, ("check",): _check}
 
 
 if __name__ == "__main__":
