@@ -29,6 +29,21 @@ def verify_result(res: PlacementResult, p: PlacementProblem | None = None, *, re
     p = p or res.problem
     if p is None:
         _fail(res, "verify needs the problem")
+    units = _check_units(res, p)
+    chains = _check_chains(res, p, units) if res.mode == "chains" else None
+    G = flow_graph(p, res.units, chains, res.partial_inference)
+    if G.out_degree(SOURCE) == 0 or G.in_degree(SINK) == 0:
+        value = 0.0
+    else:
+        value = float(nx.maximum_flow_value(G, SOURCE, SINK, flow_func=nx.algorithms.flow.edmonds_karp))
+    if not math.isclose(value, res.helix_flow, rel_tol=rel_tol, abs_tol=1e-6):
+        _fail(res, f"networkx max flow {value} != reported {res.helix_flow}")
+    return value
+
+
+def _check_units(res: PlacementResult, p: PlacementProblem) -> set[str]:
+    """Each unit once, on a node of its group, within its layers and its node's GPUs, one TP per
+    node, no GPU twice; returns the units' names."""
     L = p.num_layers
     idx = p.node_index()
     node_tp: dict[str, int] = {}
@@ -52,42 +67,40 @@ def verify_result(res: PlacementResult, p: PlacementProblem | None = None, *, re
             if (u.node, x) in gpus_used:
                 _fail(res, f"GPU {x} of {u.node} is used twice")
             gpus_used.add((u.node, x))
-    chains = None
-    if res.mode == "chains":
-        chains = []
-        in_chain: set[str] = set()
-        for c in res.chains:
-            pos = 0
-            for s in c.stages:
-                if s.start != pos:
-                    _fail(res, f"chain {c.id} is not contiguous at layer {pos}")
-                if s.tp != c.tp:
-                    _fail(res, f"chain {c.id} mixes TP {s.tp} and {c.tp}")
-                if s.unit in in_chain:
-                    _fail(res, f"unit {s.unit} serves two chains")
-                in_chain.add(s.unit)
-                pos = s.end
-            if pos != L:
-                _fail(res, f"chain {c.id} covers {pos} of {L} layers")
-            kv_min = min(unit_concurrency(p, s) for s in c.stages)
-            if not math.isclose(c.concurrency, max(kv_min, 1e-9), rel_tol=1e-9):
-                _fail(res, f"chain {c.id}: C {c.concurrency} is not the minimum over stages {kv_min}")
-            if c.mixed != (len({p.groups[s.gi].gpu for s in c.stages}) > 1) or c.depth != len(c.stages):
-                _fail(res, f"chain {c.id}: mixed flag or depth is wrong")
-            ev = chain_eval(p, c.stages)
-            if not math.isclose(ev.capacity, c.capacity, rel_tol=1e-9):
-                _fail(res, f"chain {c.id}: capacity {c.capacity} != {ev.capacity}")
-            chains.append([s.unit for s in c.stages])
-        if in_chain != seen:
-            _fail(res, "a unit is placed but serves no chain")
-    G = flow_graph(p, res.units, chains, res.partial_inference)
-    if G.out_degree(SOURCE) == 0 or G.in_degree(SINK) == 0:
-        value = 0.0
-    else:
-        value = float(nx.maximum_flow_value(G, SOURCE, SINK, flow_func=nx.algorithms.flow.edmonds_karp))
-    if not math.isclose(value, res.helix_flow, rel_tol=rel_tol, abs_tol=1e-6):
-        _fail(res, f"networkx max flow {value} != reported {res.helix_flow}")
-    return value
+    return seen
+
+
+def _check_chains(res: PlacementResult, p: PlacementProblem, units: set[str]) -> list[list[str]]:
+    """Each chain contiguous over all layers at one TP, every placed unit in exactly one chain, its
+    C and capacity what the step model gives; returns each chain's units in order."""
+    L = p.num_layers
+    chains: list[list[str]] = []
+    in_chain: set[str] = set()
+    for c in res.chains:
+        pos = 0
+        for s in c.stages:
+            if s.start != pos:
+                _fail(res, f"chain {c.id} is not contiguous at layer {pos}")
+            if s.tp != c.tp:
+                _fail(res, f"chain {c.id} mixes TP {s.tp} and {c.tp}")
+            if s.unit in in_chain:
+                _fail(res, f"unit {s.unit} serves two chains")
+            in_chain.add(s.unit)
+            pos = s.end
+        if pos != L:
+            _fail(res, f"chain {c.id} covers {pos} of {L} layers")
+        kv_min = min(unit_concurrency(p, s) for s in c.stages)
+        if not math.isclose(c.concurrency, max(kv_min, 1e-9), rel_tol=1e-9):
+            _fail(res, f"chain {c.id}: C {c.concurrency} is not the minimum over stages {kv_min}")
+        if c.mixed != (len({p.groups[s.gi].gpu for s in c.stages}) > 1) or c.depth != len(c.stages):
+            _fail(res, f"chain {c.id}: mixed flag or depth is wrong")
+        ev = chain_eval(p, c.stages)
+        if not math.isclose(ev.capacity, c.capacity, rel_tol=1e-9):
+            _fail(res, f"chain {c.id}: capacity {c.capacity} != {ev.capacity}")
+        chains.append([s.unit for s in c.stages])
+    if in_chain != units:
+        _fail(res, "a unit is placed but serves no chain")
+    return chains
 
 
 def summary_lines(res: PlacementResult) -> list[str]:
