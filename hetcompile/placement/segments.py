@@ -101,7 +101,27 @@ class SegmentSearch:
         return best
 
     def _master(self, F, order, interior, fans, budget: Budget) -> SegmentSolution | None:
-        cols: list[tuple[str, tuple, float, np.ndarray, float]] = []  # (kind, key, length, units, width)
+        """The segment MILP for one region order at flow F: columns, rows, HiGHS, then the segments."""
+        cols = self._columns(order, interior, fans)
+        pairs = self._link_pairs(F, order)
+        if pairs is None:
+            return None
+        n = len(cols) + len(pairs)
+        A, lo, hi = self._rows(cols, pairs, len(order), n)
+        integer = np.ones(n, dtype=bool)
+        col_hi = np.array([self.L if c[0] == "blk" else 1 for c in cols] + [1] * len(pairs), dtype=float)
+        cost = np.array([float(c[3].sum()) for c in cols] + [0.0] * len(pairs))
+        res = small_milp(cost, A, lo, hi, np.zeros(n), col_hi, integer,
+                         time_limit_s=budget.seconds_left(), gap=0.1, node_limit=MILP_NODES)
+        budget.note(res.timed_out)
+        if res.x is None:
+            return None
+        return SegmentSolution(F, tuple(order), self._segments(cols, np.round(res.x).astype(int), len(order)))
+
+    def _columns(self, order, interior, fans) -> list[tuple[str, tuple, float, np.ndarray, float]]:
+        """(kind, key, length, units, width): each region's interior blocks, and its fans as the
+        segment's entry (not the first region) or exit (not the last)."""
+        cols: list[tuple[str, tuple, float, np.ndarray, float]] = []
         S = len(order)
         for s, r in enumerate(order):
             for blk, units in interior[r]:
@@ -113,8 +133,13 @@ class SegmentSearch:
                     cols.append(("in", (s, f), f.k, u, f.width))
                 if s < S - 1:
                     cols.append(("out", (s, f), f.k, u, f.width))
+        return cols
+
+    def _link_pairs(self, F, order) -> list[tuple[int, int, int]] | None:
+        """(s, a, b): a exit fans of segment s and b entry fans of s + 1 whose links carry F; None
+        when some consecutive regions have no such pair."""
         pairs = []
-        for s in range(S - 1):
+        for s in range(len(order) - 1):
             c = self.cap.get((order[s], order[s + 1]), 0.0)
             for a in range(1, W_MAX + 1):
                 for b in range(1, W_MAX + 1):
@@ -122,7 +147,11 @@ class SegmentSearch:
                         pairs.append((s, a, b))
             if not any(p[0] == s for p in pairs):
                 return None
-        n = len(cols) + len(pairs)
+        return pairs
+
+    def _rows(self, cols, pairs, S: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The constraints: layers sum to L, node counts, one entry and one exit per segment, one
+        link pair per boundary whose widths the chosen fans cover."""
         rows, lo, hi = [], [], []
 
         def row(coef: dict[int, float], low: float, high: float) -> None:
@@ -151,15 +180,11 @@ class SegmentSearch:
             w_in = {i: c[4] for i, c in enumerate(cols) if c[0] == "in" and c[1][0] == s + 1}
             row({**w_out, **{off + k: -pairs[k][1] for k in ps}}, 0, np.inf)
             row({**w_in, **{off + k: -pairs[k][2] for k in ps}}, 0, np.inf)
-        integer = np.ones(n, dtype=bool)
-        col_hi = np.array([self.L if c[0] == "blk" else 1 for c in cols] + [1] * len(pairs), dtype=float)
-        cost = np.array([float(c[3].sum()) for c in cols] + [0.0] * len(pairs))
-        res = small_milp(cost, np.array(rows), np.array(lo, float), np.array(hi, float), np.zeros(n), col_hi, integer,
-                         time_limit_s=budget.seconds_left(), gap=0.1, node_limit=MILP_NODES)
-        budget.note(res.timed_out)
-        if res.x is None:
-            return None
-        x = np.round(res.x).astype(int)
+        return np.array(rows), np.array(lo, float), np.array(hi, float)
+
+    @staticmethod
+    def _segments(cols, x: np.ndarray, S: int) -> tuple:
+        """Per segment (entry fan, its blocks longest first, exit fan) from the solution x."""
         segs = []
         for s in range(S):
             entry = next((c[1][1] for i, c in enumerate(cols) if c[0] == "in" and c[1][0] == s and x[i]), None)
@@ -169,7 +194,7 @@ class SegmentSearch:
                 if c[0] == "blk" and c[1][0] == s:
                     blocks += [c[1][1]] * int(x[i])
             segs.append((entry, tuple(sorted(blocks, key=lambda b: (-b[0], b[1]))), exit_))
-        return SegmentSolution(F, tuple(order), tuple(segs))
+        return tuple(segs)
 
     def search(self, lo: float, hi: float, budget: Budget, *, rel_tol: float = 2e-3) -> SegmentSolution | None:
         best = None
