@@ -228,38 +228,53 @@ class ReplicaSim:
             batch = self._prefill_only()
             if batch is not None:
                 return batch
-        d = self.depth
         budget = self.model.chunk_tokens
         # at most ceil(running / d) decode sequences (module docstring), one budget token each
-        limit = min(max(1, math.ceil(len(self.running) / d)), budget)
-        decode: list[Request] = []
+        limit = min(max(1, math.ceil(len(self.running) / self.depth)), budget)
         if 0 < limit <= self.kv_capacity - self.kv_used:
-            # room for every decode this batch can take: no preemption, so the plain pick
-            if self.ready is not None:
-                ready = self.ready
-                while ready and len(decode) < limit:
-                    order, _, r = heapq.heappop(ready)
-                    if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target or order != r.order:
-                        continue  # stale
-                    r.kv += 1
-                    r.in_flight = True
-                    decode.append(r)
-            else:
-                for r in self.running:
-                    if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target:
-                        continue
-                    r.kv += 1
-                    r.in_flight = True
-                    decode.append(r)
-                    if len(decode) >= limit:
-                        break
-            self.kv_used += len(decode)
-            limit = 0  # picked
-        for r in list(self.running) if limit > 0 else ():
+            decode = self._pick_decodes(limit)  # room for every decode this batch can take
+        elif limit > 0:
+            decode = self._pick_decodes_making_room(limit)
+        else:
+            decode = []
+        prefill = self._pick_chunks(budget - len(decode))
+        if not decode and not prefill:
+            return None
+        return _Batch(decode, prefill, len(decode) + sum(n for _, n in prefill))
+
+    def _pick_decodes(self, limit: int) -> list[Request]:
+        """Up to `limit` decode-ready sequences in running order, each with its KV slot (the caller
+        checked there is room for all: no preemption, so the plain pick)."""
+        decode: list[Request] = []
+        if self.ready is not None:
+            ready = self.ready
+            while ready and len(decode) < limit:
+                order, _, r = heapq.heappop(ready)
+                if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target or order != r.order:
+                    continue  # stale
+                r.kv += 1
+                r.in_flight = True
+                decode.append(r)
+        else:
+            for r in self.running:
+                if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target:
+                    continue
+                r.kv += 1
+                r.in_flight = True
+                decode.append(r)
+                if len(decode) >= limit:
+                    break
+        self.kv_used += len(decode)
+        return decode
+
+    def _pick_decodes_making_room(self, limit: int) -> list[Request]:
+        """Up to `limit` decode-ready sequences when the KV cache may not hold a token for each: the
+        token a step writes needs a KV slot, made by preempting the newest sequence (one already in
+        this batch is in flight, so never the one preempted)."""
+        decode: list[Request] = []
+        for r in list(self.running):
             if r.in_flight or r.kv == 0 or r.prefilled < r.prefill_target:
                 continue
-            # the token this step writes needs a KV slot; make room by preempting the newest
-            # (a sequence already in this batch is in flight, so never the one preempted)
             while self.kv_used + 1 > self.kv_capacity:
                 if not self._preempt_one(r.id):
                     break
@@ -273,7 +288,10 @@ class ReplicaSim:
             decode.append(r)
             if len(decode) >= limit:
                 break
-        budget -= len(decode)
+        return decode
+
+    def _pick_chunks(self, budget: int) -> list[tuple[Request, int]]:
+        """Prompt chunks in admission order until the step's token budget is spent."""
         prefill: list[tuple[Request, int]] = []
         for r in self.prefilling:
             if budget <= 0:
@@ -284,9 +302,7 @@ class ReplicaSim:
             r.in_flight = True
             prefill.append((r, n))
             budget -= n
-        if not decode and not prefill:
-            return None
-        return _Batch(decode, prefill, len(decode) + sum(n for _, n in prefill))
+        return prefill
 
     # -- decode runs (module docstring) -----------------------------------------------------------
 
