@@ -4,7 +4,7 @@
 
 8 catalog GPU types (H100, A100-80GB, A100, L40S, L4, A10G, A10, T4) in 10 regions over gcp (3),
 aws (3), azure (2) and kubernetes (2; mixed-GPU chains need one cloud that runs them as pods,
-README "place"), 1,072 nodes of 1-8 GPUs in all, 4 catalog models (8B to 70B, so some need
+docs/how-it-decides.md "place"), 1,072 nodes of 1-8 GPUs in all, 4 catalog models (8B to 70B, so some need
 pipelines and some do not), 2 workloads each with rates, $2000/h, max-throughput. The kubernetes
 regions own part of their nodes (free). Everything is a literal table below: the same script
 writes the same bytes.

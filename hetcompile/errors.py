@@ -28,7 +28,7 @@ class Span:
         return f"{head}\n    {self.text}\n    {caret}"
 
 
-# Exit statuses of the CLI (README, "Exit status"): a script can tell a spec to fix from a spec that
+# Exit statuses of the CLI (docs/cli.md, "Exit status"): a script can tell a spec to fix from a spec that
 # asks for the impossible, and both from a bug. deploy/migrate add their own: 2 preflight refused,
 # 3 capacity gap refused.
 EXIT_ERROR = 1  # anything else the user can fix: a file, an option, a profile, a failed deploy

@@ -68,7 +68,7 @@ def test_unwritable_output_is_one_line_not_a_traceback(tmp_path) -> None:
 
 @pytest.mark.parametrize("case,code", [("unknown_key", EXIT_SPEC), ("budget_too_small", EXIT_INFEASIBLE)])
 def test_exit_status_tells_a_spec_to_fix_from_a_spec_that_cannot_be_met(case: str, code: int) -> None:
-    """README's exit statuses: 4 the spec is malformed, 5 no plan satisfies it, 1 anything else a
+    """The exit statuses (docs/cli.md): 4 the spec is malformed, 5 no plan satisfies it, 1 anything else a
     user fixes (here: an output path under a file), 6 a bug."""
     proc = subprocess.run([sys.executable, "-m", "hetcompile.cli", "build", f"tests/golden/errors/{case}.yaml", "-q",
                            "-o", "/tmp/hc-never"], cwd=ROOT, capture_output=True, text=True)

@@ -6,7 +6,7 @@ per-layer latency tables, KV capacities and the shipped MILP solutions.
 
 Helix semantics are kept on purpose, quirks included:
 - bandwidth: cluster files write `x * mbps` (1e6) and the planner divides that value by byte
-  sizes, so it is used as x * 1e6 **bytes**/s (the README's units quirk);
+  sizes, so it is used as x * 1e6 **bytes**/s (a units quirk of the Helix artifact);
 - T tables depend on the cluster's whole type mix, so each setup names its table;
 - flows count prompt + decode tokens/s; source/sink links carry 2-byte tokens, compute links
   activations (hidden * 2 bytes).
