@@ -182,8 +182,8 @@ def explain(
     """Why a plan looks the way it does; with NEW, what changes between two plans and how to roll it out."""
     from rich.console import Group
 
-    from hetcompile.explain import diff_plans, explain_plan, read_plan
-    from hetcompile.migrate.planner import plan_migration
+    from hetcompile.explain import explain_plan, read_plan
+    from hetcompile.migrate.planner import plan_diff
     from hetcompile.explain.render import FORMATS, render_diff, render_explanation, rich_renderables
     from hetcompile.errors import did_you_mean
 
@@ -200,7 +200,7 @@ def explain(
             result = with_simulation(render_explanation(old_exp, fmt), plan, fmt)  # + OUT/simulation.json
         else:
             new_plan = read_plan(new)
-            result = render_diff(diff_plans(old_plan, new_plan, plan_migration), fmt, old_exp, explain_plan(new_plan))
+            result = render_diff(plan_diff(old_plan, new_plan), fmt, old_exp, explain_plan(new_plan))
     except HetcompileError as exc:
         _fail(exc)
         return

@@ -19,9 +19,8 @@ from conftest import ROOT, build
 from hetcompile.plan.canon import canon, dumps_json
 from hetcompile.backends.plan_json import plan_dict
 from hetcompile.cli import app
-from hetcompile.explain import diff_plans as _diff_plans
 from hetcompile.explain import explain_plan
-from hetcompile.migrate.planner import plan_migration, replay
+from hetcompile.migrate.planner import plan_diff, replay
 from hetcompile.explain import rates
 from hetcompile.explain.load import PlanReadError, check_plan
 from hetcompile.migrate.planner import MigrationError
@@ -52,7 +51,7 @@ def _plan_text(rel: str) -> str:
 
 
 def diff_plans(old, new):
-    return _diff_plans(old, new, plan_migration)
+    return plan_diff(old, new)
 
 
 def plan_of(rel: str) -> PlanDoc:

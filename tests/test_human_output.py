@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from conftest import ROOT
-from hetcompile.explain import diff_plans, explain_plan
-from hetcompile.migrate.planner import plan_migration
+from hetcompile.explain import explain_plan
+from hetcompile.migrate.planner import plan_diff
 from hetcompile.plan.doc import PlanDoc
 from hetcompile.plan.io import check_plan_doc
 from hetcompile.explain.doc import Table, diff_doc, explanation_doc
@@ -79,7 +79,7 @@ def test_diff_text_has_people_names_and_no_exponent() -> None:
     new = json.loads(json.dumps(old))
     new["totals"]["tokens_per_dollar"] = old["totals"]["tokens_per_dollar"] * 0.9
     new["totals"]["price_per_hour"] = old["totals"]["price_per_hour"] + 1.5
-    doc = diff_doc(diff_plans(check_plan_doc(old), check_plan_doc(new), plan_migration))
+    doc = diff_doc(plan_diff(check_plan_doc(old), check_plan_doc(new)))
     out = text(doc, width=80)
     assert "tokens per dollar" in out and "tokens_per_dollar" not in out
     assert "price_per_hour" not in out and "+$1.50/h" in out

@@ -3,9 +3,9 @@
 - `load.read_plan`        a plan.json (or OUT directory) -> `PlanDoc`, with a clear error otherwise
 - `rates`                 the load arithmetic shared by everything below (notation there)
 - `explain.explain_plan`  PlanDoc -> `model.Explanation`
-- `diff.diff_plans`       two PlanDocs -> `model.PlanDiff`, with the migration the planner it is
-                          given orders (hetcompile.migrate.planner.plan_migration: migrate sits
-                          above explain and reuses its matching and models)
+- `diff.diff_plans`       two PlanDocs, their matching (`diff.match`) and the migration planned
+                          from it -> `model.PlanDiff` (hetcompile.migrate.planner.plan_diff does
+                          all three: migrate sits above explain and reuses its matching and models)
 - `render_*`              terminal (rich), markdown with Mermaid, Graphviz DOT
 
 Everything here is a pure function of `PlanDoc`s (hetcompile/plan/doc.py), read by typed field:

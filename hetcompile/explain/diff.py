@@ -30,7 +30,6 @@ with itself, or with a rebuild of the same spec, is empty.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 
 from hetcompile.plan.canon import canon, natural_key
 from hetcompile.explain import rates
@@ -268,15 +267,16 @@ def _models(plan: PlanDoc) -> tuple[str, ...]:
     return tuple(sorted({m.name for m in plan.models} | {r.model for r in plan.replicas}))
 
 
-# the migration planner (hetcompile.migrate.planner.plan_migration): old, new and the matching
-# (untouched, changed, added, removed) -> ordered steps. Passed in, since migrate sits above explain.
-MigrationPlanner = Callable[[PlanDoc, PlanDoc, list, list, list, list], Migration]
+# match()'s result: (untouched (o, n, relabelled), changed (o, n), added, removed)
+Matching = tuple[list[tuple[PlanReplica, PlanReplica, bool]], list[Pair], list[PlanReplica], list[PlanReplica]]
 
 
-def diff_plans(old: PlanDoc, new: PlanDoc, plan_migration: MigrationPlanner) -> PlanDiff:
-    """What changes from `old` (running now) to `new` (to roll out), and the steps to get there
-    (`plan_migration` orders them: hetcompile.migrate.planner.plan_migration)."""
-    untouched, changed, added, removed = match(old, new)
+def diff_plans(old: PlanDoc, new: PlanDoc, matching: Matching, migration: Migration) -> PlanDiff:
+    """What changes from `old` (running now) to `new` (to roll out) by `matching` (match(old, new)),
+    with `migration`, the steps to get there that the migration planner ordered from the same
+    matching (hetcompile.migrate.planner.plan_diff puts the two together: explain depends on no
+    planner, migrate on explain's matching and models, one direction)."""
+    untouched, changed, added, removed = matching
     pairs = [(o, n) for o, n, _ in untouched] + changed
     notes = []
     if _models(old) != _models(new):
@@ -300,7 +300,6 @@ def diff_plans(old: PlanDoc, new: PlanDoc, plan_migration: MigrationPlanner) -> 
         binding_added=tuple(b for b in bn if b not in bo), binding_removed=tuple(b for b in bo if b not in bn),
     )
     empty = not any(v for k, v in body.items() if k != "untouched") and not any(p.relabelled for p in unt)
-    migration = plan_migration(old, new, untouched, changed, added, removed)
     return PlanDiff(
         old=PlanRef(plan=old.plan, spec_hash=old.spec_hash, models=_models(old)),
         new=PlanRef(plan=new.plan, spec_hash=new.spec_hash, models=_models(new)),

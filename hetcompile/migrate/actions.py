@@ -23,7 +23,8 @@ from pathlib import Path
 import yaml
 
 from hetcompile.plan.canon import dumps_yaml, natural_key
-from hetcompile.explain import diff_plans, read_plan
+from hetcompile.explain import read_plan
+from hetcompile.explain.diff import match
 from hetcompile.explain.model import Migration, Routed, Unit
 from hetcompile.errors import HetcompileError
 from hetcompile.plan.doc import PlanDoc
@@ -189,7 +190,7 @@ def rollout_plan(old_dir: Path, new_dir: Path) -> Rollout:
     old_dir = old_dir if old_dir.is_dir() else old_dir.parent
     new_dir = new_dir if new_dir.is_dir() else new_dir.parent
     refuse_mixed(old, new)
-    mig = diff_plans(old, new, plan_migration).migration
+    mig = plan_migration(old, new, *match(old, new))
     router = _task(old_dir, "router")
     notes = []
     for u in mig.untouched:

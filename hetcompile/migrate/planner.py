@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 
 from hetcompile.plan.canon import natural_key
 from hetcompile.explain import rates
-from hetcompile.explain.diff import in_place
+from hetcompile.explain.diff import diff_plans, in_place, match
 from hetcompile.explain.doc import money
-from hetcompile.explain.model import Dip, Migration, Routed, Step, StepCapacity, Unit
+from hetcompile.explain.model import Dip, Migration, PlanDiff, Routed, Step, StepCapacity, Unit
 from hetcompile.plan.doc import PlanDoc, PlanReplica
 
 TOL = 1e-9
@@ -437,3 +437,10 @@ def plan_migration(old: PlanDoc, new: PlanDoc, untouched: list, changed: list, a
     peak = max([planner.old_price] + [s.price_per_hour for s in planner.steps])
     return Migration(mode=mode, ceiling_per_hour=planner.ceiling, peak_price_per_hour=peak, checks=tuple(checks),
                      untouched=tuple(keep), steps=tuple(planner.steps), capacity_kept=not dips, dips=dips)
+
+
+def plan_diff(old: PlanDoc, new: PlanDoc) -> PlanDiff:
+    """`explain OLD NEW`'s document: what changes (explain's diff) and the migration planned from the
+    same matching, so that explain, migrate and deploy show one list of steps."""
+    matching = match(old, new)
+    return diff_plans(old, new, matching, plan_migration(old, new, *matching))
