@@ -263,7 +263,8 @@ def replica(row: dict, params: calibrate.Params | None = None, uncalibrated: boo
         v0 = engine_core(row) == "v0"
         r = (params.v0_request_overhead_s if v0 else
              params.inproc_request_overhead_s if frontend(row) == "in_process" else params.request_overhead_s)
-        update |= {"step_overhead_s": params.v0_step_overhead_s if v0 else params.step_overhead_s,
+        update |= {"step_gpu_s": params.step_gpu_s,
+                   "step_overhead_s": params.v0_step_overhead_s if v0 else params.step_overhead_s,
                    "seq_overhead_s": params.v0_seq_overhead_s if v0 else params.seq_overhead_s,
                    "request_overhead_s": r}
     if frontend(row) == "none":
@@ -367,7 +368,8 @@ def catalog_params(rows: list[dict]) -> calibrate.Params:
                             v0_step_overhead_s=cal.get("v0_step_overhead_s", 2e-3),
                             v0_seq_overhead_s=cal.get("v0_seq_overhead_s", 100e-6),
                             v0_request_overhead_s=cal.get("v0_request_overhead_s", cal["request_overhead_s"]),
-                            inproc_request_overhead_s=cal.get("inproc_request_overhead_s", cal["request_overhead_s"]))
+                            inproc_request_overhead_s=cal.get("inproc_request_overhead_s", cal["request_overhead_s"]),
+                            step_gpu_s=analytic.STEP_GPU_S or calibrate.Params.step_gpu_s)
 
 
 def unmeasured_eta(params: calibrate.Params, gpu: str) -> tuple[float, float]:
@@ -511,7 +513,8 @@ def _residuals(rows: list[dict]) -> calibrate.Residuals:
         out = []
         for r in rows:
             key = (r["id"], p.eta.get(r["gpu"]), p.step_overhead_s, p.seq_overhead_s, p.request_overhead_s,
-                   p.v0_step_overhead_s, p.v0_seq_overhead_s, p.v0_request_overhead_s, p.inproc_request_overhead_s)
+                   p.v0_step_overhead_s, p.v0_seq_overhead_s, p.v0_request_overhead_s, p.inproc_request_overhead_s,
+                   p.step_gpu_s)
             if key not in cache:
                 cache[key] = simulate(r, replica(r, p), fast=True)
             pred = cache[key]
@@ -545,6 +548,7 @@ def write_fit(p: calibrate.Params, rows: list[dict]) -> None:
     doc = {
         "source": f"fitted by bench/fidelity.py --fit on the {len(train)} training rows of bench/data/fidelity.yaml",
         "step_overhead_s": float(f"{p.step_overhead_s:.3g}"),
+        "step_gpu_s": float(f"{p.step_gpu_s:.3g}"),
         "seq_overhead_s": float(f"{p.seq_overhead_s:.3g}"),
         "request_overhead_s": float(f"{p.request_overhead_s:.3g}"),
         "v0_step_overhead_s": float(f"{p.v0_step_overhead_s:.3g}"),
@@ -580,7 +584,8 @@ def main(argv: list[str] | None = None) -> int:
         print("fitted:", json.dumps({"eta": {g: [round(a, 3), round(b, 3)] for g, (a, b) in p.eta.items()},
                                      "o": p.step_overhead_s, "q": p.seq_overhead_s, "r": p.request_overhead_s,
                                      "o_v0": p.v0_step_overhead_s, "q_v0": p.v0_seq_overhead_s,
-                                     "r_v0": p.v0_request_overhead_s, "r_inproc": p.inproc_request_overhead_s}))
+                                     "r_v0": p.v0_request_overhead_s, "r_inproc": p.inproc_request_overhead_s,
+                                     "g": p.step_gpu_s}))
         print("rerun without --fit to report with the new catalog")
         return 0
     cols = evaluate(rows)

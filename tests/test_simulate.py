@@ -602,3 +602,15 @@ def test_async_scheduling_admits_a_request_into_the_batch_after_next(overlap: bo
     assert late.first_token == pytest.approx(after[2] if overlap else after[1])
     alone, ends = run(0.020, busy=False)
     assert alone.first_token == pytest.approx(ends[0])  # idle: its own step starts at once
+
+
+def test_step_gpu_time_is_on_the_last_stage_and_not_overlapped() -> None:
+    """g (step_gpu_s): GPU work of a step outside the per-layer kernels (the sampler, input copies):
+    on the last stage's GPU time, so it adds to a GPU-bound step and every consumer sees it through
+    stage_times (the simulator reads stage_terms)."""
+    rm = _rm(depth=2)
+    g = rm.model_copy(update={"step_gpu_s": 1e-3})
+    base, more = rm.stage_times(64.0, 64_000.0, 64_000.0, 64.0), g.stage_times(64.0, 64_000.0, 64_000.0, 64.0)
+    assert more[0] == base[0] and more[1] == pytest.approx(base[1] + 1e-3)
+    assert g.stage_terms()[1][-1][2] == pytest.approx(rm.stage_terms()[1][-1][2] + 1e-3)
+    assert decode_rate(g, 8.0, 256, 128)[0] < decode_rate(rm, 8.0, 256, 128)[0]

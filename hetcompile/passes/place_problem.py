@@ -57,7 +57,7 @@ def model_spec(ir: Problem, model: str, ws: Sequence[Workload]) -> ModelSpec:
         input_tokens=i, output_tokens=o, kv_bytes_per_token_layer=2.0 * m.arch.kv_heads * m.arch.head_dim * m.dtype_bytes,
         max_concurrency=ir.engine.max_num_seqs, prefill_chunk_tokens=analytic.step_token_budget(ir.engine.max_num_seqs),
         step_overhead_s=analytic.STEP_OVERHEAD_S, seq_overhead_s=analytic.SEQ_OVERHEAD_S,
-        request_overhead_s=analytic.REQUEST_OVERHEAD_S,
+        request_overhead_s=analytic.REQUEST_OVERHEAD_S, step_gpu_s=analytic.STEP_GPU_S,
     )
 
 

@@ -130,12 +130,12 @@ def fitted_model(rm: ReplicaModel, coeff: dict[str, float], kv_tokens: int | Non
     layers = sum(st.layers for st in rm.stages)
     cost = LayerCost(weights_s=0.0, kv_s_per_token=coeff["per_kv_token_s"] / layers, flop_s_per_token=0.0,
                      attn_s_per_pair=0.0, comm_s_per_token=coeff["per_token_s"] / layers, comm_s=0.0)
-    # the fit's o + c n + k S is the whole step: no separate lm_head read
+    # the fit's o + c n + k S is the whole step: no separate lm_head read, no g (step_gpu_s)
     stages = tuple(st.model_copy(update={"cost": cost, "kv_tokens": float(kv_tokens or st.kv_tokens), "head_s": 0.0})
                    for st in rm.stages)
     # q (host work per sequence) is inside the fitted per-token c: a decode step has one token per sequence;
     # the fit's o is a constant of the whole measured step, so it adds (host_overlap off), not overlaps
-    return rm.model_copy(update={"stages": stages, "step_overhead_s": coeff["step_s"], "seq_overhead_s": 0.0,
+    return rm.model_copy(update={"stages": stages, "step_overhead_s": coeff["step_s"], "seq_overhead_s": 0.0, "step_gpu_s": 0.0,
                                  "request_overhead_s": coeff.get("request_s", 0.0), "source": "fitted",
                                  "host_overlap": False})
 

@@ -75,6 +75,8 @@ STEP_OVERHEAD_S = float(_CALIBRATION["step_overhead_s"])  # o: scheduler + sampl
 # q: host CPU per sequence per engine step (input prep, sampling, detokenizing and streaming its token);
 # was 42 us read off one CPU-bound L4 host, now fitted over every host in the training rows
 SEQ_OVERHEAD_S = float(_CALIBRATION["seq_overhead_s"])
+# g: GPU work per engine step that the per-layer kernels leave out (sampler, input copies, launch gaps)
+STEP_GPU_S = float(_CALIBRATION.get("step_gpu_s", 0.0))
 IDEAL_STEP_OVERHEAD_S = 2e-3  # the uncalibrated model's step overhead (bench/fidelity.py baseline)
 # r: per request, once, on the TTFT path: HTTP + tokenization + scheduling + first-token streaming
 # (the OpenAI server's cost that an engine-step model does not see; vLLM bench serve's TTFT includes it)
@@ -240,6 +242,6 @@ def replica_model(
         hops=tuple(Hop(latency_s=hop_latency_s, bandwidth=hop_bandwidth) for _ in stages[1:]),
         activation_bytes=float(arch.hidden * b),
         step_overhead_s=IDEAL_STEP_OVERHEAD_S if ideal else STEP_OVERHEAD_S, max_num_seqs=max_num_seqs,
-        seq_overhead_s=0.0 if ideal else SEQ_OVERHEAD_S,
+        seq_overhead_s=0.0 if ideal else SEQ_OVERHEAD_S, step_gpu_s=0.0 if ideal else STEP_GPU_S,
         chunk_tokens=step_token_budget(max_num_seqs), request_overhead_s=0.0 if ideal else REQUEST_OVERHEAD_S, source="analytic",
     )

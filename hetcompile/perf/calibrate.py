@@ -54,7 +54,7 @@ FD_STEP = 0.02  # in log space (2%): the simulator's discrete steps make smaller
 # imply on the GPUs that have them (perf/kernels.roofline_defaults)
 PRIOR_ETA = (kernels.roofline_defaults()["eta_memory"], kernels.roofline_defaults()["eta_compute"])
 BOUNDS = {"eta_m": analytic.ETA_BOUNDS["memory"], "eta_c": analytic.ETA_BOUNDS["compute"],
-          "o": (1e-4, 20e-3), "q": (1e-6, 500e-6), "r": (1e-4, 100e-3)}
+          "o": (1e-4, 20e-3), "q": (1e-6, 500e-6), "r": (1e-4, 100e-3), "g": (1e-6, 2e-3)}
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ class Params:
     v0_seq_overhead_s: float = 100e-6
     v0_request_overhead_s: float = 10e-3
     inproc_request_overhead_s: float = 10e-3
+    step_gpu_s: float = 0.3e-3  # g: GPU work per step outside the per-layer kernels (perf/stepmodel.py)
 
 
 def split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -91,16 +92,17 @@ def _pack(p: Params, gpus: list[str]) -> np.ndarray:
         v += [math.log(p.eta[g][0]), math.log(p.eta[g][1])]
     return np.array(v + [math.log(p.step_overhead_s), math.log(p.seq_overhead_s), math.log(p.request_overhead_s),
                          math.log(p.v0_step_overhead_s), math.log(p.v0_seq_overhead_s),
-                         math.log(p.v0_request_overhead_s), math.log(p.inproc_request_overhead_s)])
+                         math.log(p.v0_request_overhead_s), math.log(p.inproc_request_overhead_s),
+                         math.log(p.step_gpu_s)])
 
 
 def _unpack(x: np.ndarray, gpus: list[str]) -> Params:
     eta = {g: (float(np.clip(math.exp(x[2 * i]), *BOUNDS["eta_m"])), float(np.clip(math.exp(x[2 * i + 1]), *BOUNDS["eta_c"])))
            for i, g in enumerate(gpus)}
-    o, q, r, o0, q0, r0, ri = (float(np.clip(math.exp(x[-7 + i]), *BOUNDS[k])) for i, k in enumerate("oqroqrr"))
+    o, q, r, o0, q0, r0, ri, g = (float(np.clip(math.exp(x[-8 + i]), *BOUNDS[k])) for i, k in enumerate("oqroqrrg"))
     return Params(eta=eta, step_overhead_s=o, seq_overhead_s=q, request_overhead_s=r,
                   v0_step_overhead_s=o0, v0_seq_overhead_s=q0, v0_request_overhead_s=r0,
-                  inproc_request_overhead_s=ri)
+                  inproc_request_overhead_s=ri, step_gpu_s=g)
 
 
 Residuals = Callable[[Params], list[tuple[float, float, float]]]  # [(pred, meas, weight)]

@@ -16,8 +16,9 @@ Per decoder layer on one stage of TP degree t (seconds; `LayerCost`):
     layer(n, S, A) = max(compute, memory) + s * min(compute, memory) + c * n + c0
                      c: TP all-reduce bytes per token, c0: all-reduce launches per step,
                      s: the share of the smaller term that mixed batches do not overlap (0: roofline)
-A stage of L_i layers takes G_i = L_i * layer(...) (+ the lm_head on the last stage) of GPU time per
-step. The engine's host work per step, H = o + q m (o: scheduler and sampling once per engine step;
+A stage of L_i layers takes G_i = L_i * layer(...) (+ the lm_head and g on the last stage) of GPU time per
+step, g the GPU work of a step outside the per-layer kernels (the sampler over the vocabulary, input
+copies, launch gaps: measured kernel tables leave it out; fitted with the host costs). The engine's host work per step, H = o + q m (o: scheduler and sampling once per engine step;
 q: host CPU work per sequence in the step, m sequences: building its input, sampling, detokenizing
 and streaming its token), overlaps the GPU: vLLM V1's async scheduling (on by default since 0.12,
 pipeline parallelism included) prepares step N+1 and processes step N's outputs while step N runs,
@@ -113,6 +114,7 @@ class ReplicaModel(Frozen):
     hops: Annotated[tuple[Hop, ...], Field(description="len(stages) - 1 links, in chain order")] = ()
     activation_bytes: Annotated[float, Field(description="bytes per token crossing a stage-to-stage hop")] = 0.0
     step_overhead_s: Annotated[float, Field(ge=0, description="o: scheduler + sampling per engine step")] = 0.0
+    step_gpu_s: Annotated[float, Field(ge=0, description="g: GPU work per engine step outside the per-layer kernels (the sampler over the vocabulary, input copies, launch gaps), on the last stage's GPU time")] = 0.0
     seq_overhead_s: Annotated[float, Field(ge=0, description="q: host CPU work per sequence in an engine step")] = 0.0
     request_overhead_s: Annotated[float, Field(ge=0, description="per request, once before its first token: HTTP, tokenization, scheduling")] = 0.0
     max_num_seqs: Annotated[int, Field(description="vLLM --max-num-seqs")]
@@ -134,12 +136,15 @@ class ReplicaModel(Frozen):
         (L_i, index of its terms, head_s). Stages of one GPU type and TP share their layer cost,
         so a long chain evaluates layer(n, S, A) once per kind of stage, not once per stage."""
         kinds: dict[tuple[float, ...], int] = {}
-        stages = tuple((s.layers, kinds.setdefault(s.cost.terms(), len(kinds)), s.head_s) for s in self.stages)
+        last = len(self.stages) - 1
+        stages = tuple((s.layers, kinds.setdefault(s.cost.terms(), len(kinds)), s.head_s + (self.step_gpu_s if i == last else 0.0))
+                       for i, s in enumerate(self.stages))
         return tuple(kinds), stages
 
     def stage_times(self, tokens: float, kv_tokens: float, pairs: float, seqs: float = 0.0,
                     terms: tuple | None = None) -> list[float]:
-        """t_i = max(L_i layer(n, S, A) + head_i, o + q seqs) for one batch of `seqs` sequences
+        """t_i = max(L_i layer(n, S, A) + head_i, o + q seqs) for one batch of `seqs` sequences (head_i
+        of the last stage includes g, step_gpu_s)
         (step_seconds: the host work overlaps each stage's GPU time; a chain whose stages are all
         faster than the host waits for the host at every stage). `terms`: this model's
         stage_terms(), when the caller kept them."""

@@ -64,7 +64,7 @@ def chain_model(p: PlacementProblem, stages: Sequence[StageUnit]) -> ReplicaMode
         stages=tuple(stage_model(p, u, i == d - 1) for i, u in enumerate(stages)),
         hops=tuple(hop(p, a.unit, b.unit) for a, b in zip(stages, stages[1:])),
         activation_bytes=m.activation_bytes, step_overhead_s=m.step_overhead_s, seq_overhead_s=m.seq_overhead_s,
-        request_overhead_s=m.request_overhead_s,
+        request_overhead_s=m.request_overhead_s, step_gpu_s=m.step_gpu_s,
         max_num_seqs=m.max_concurrency if m.max_concurrency is not None else UNBOUNDED_SEQS,
         chunk_tokens=m.prefill_chunk_tokens,
         source="analytic" if all(p.groups[u.gi].profile(u.tp).cost is not None for u in stages) else "fitted",

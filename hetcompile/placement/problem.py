@@ -44,6 +44,7 @@ class ModelSpec:
     step_overhead_s: float = 0.0  # per engine step (scheduler + sampling), overlapping the GPU
     seq_overhead_s: float = 0.0  # per sequence per engine step (host CPU), overlapping the GPU
     request_overhead_s: float = 0.0  # per request before its first token (HTTP, tokenization): TTFT only
+    step_gpu_s: float = 0.0  # g: GPU work per engine step outside the per-layer kernels, on the last stage
 
     def step_host_s(self, batch: float) -> float:
         """Host work of one engine step of `batch` sequences: H = o + q b, which overlaps each stage's
