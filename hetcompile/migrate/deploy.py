@@ -36,7 +36,7 @@ from hetcompile.migrate.actions import (
 )
 from hetcompile.migrate.diff import APPLIED, DeployError, ROUTER, Record, legacy_clusters, sky_status, task_hash
 from hetcompile.migrate.planner import plan_migration
-from hetcompile.migrate.run import SECRET_FILES
+from hetcompile.migrate.run import SECRET_FILES, write_secret
 
 
 @dataclass(frozen=True)
@@ -244,10 +244,10 @@ def adopt(ro: Rollout) -> dict[str, str]:
     # the fleet that now serves NEW holds OLD's replica key and router token: NEW's folder keeps them,
     # so a later `deploy NEW` reaches the router and launches replicas the router can call
     src = ro.secrets_dir or ro.old_dir
-    for name in SECRET_FILES.values():
-        if (src / name).is_file() and src.resolve() != ro.new_dir.resolve():
-            shutil.copyfile(src / name, ro.new_dir / name)
-            (ro.new_dir / name).chmod(0o600)
+    if src.resolve() != ro.new_dir.resolve():
+        for name in SECRET_FILES.values():
+            if (src / name).is_file():
+                write_secret(ro.new_dir / name, (src / name).read_text())
     converged(Deployment(ro.new_dir, ro, rec, hashes, clusters, {}, True))
     return clusters
 

@@ -10,7 +10,6 @@ HC_SKIP_SKY_CHECK=1 skips). The replicas' key and the router token are generated
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import shutil
@@ -18,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hetcompile.migrate.run import SECRET_FILES
+from hetcompile.migrate.run import SECRET_FILES, write_secret
 
 
 class PreflightFailed(Exception):
@@ -81,7 +80,5 @@ def ensure_secrets(out: Path, env: dict[str, str]) -> None:
             continue
         f = out / name
         if not (f.is_file() and f.read_text().strip()):
-            fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(32) + "\n")
+            write_secret(f, secrets.token_urlsafe(32) + "\n")
         env[var] = f.read_text().strip()

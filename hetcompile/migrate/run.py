@@ -35,6 +35,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+from pathlib import Path
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -45,6 +46,14 @@ from hetcompile.migrate.gaps import capacity_gaps, gap_text
 
 # secrets deploy.sh generated into the old build directory (mode 600): a re-run reuses them
 SECRET_FILES = {ROUTER_TOKEN_ENV: "router.token", "HC_VLLM_API_KEY": "vllm.key"}
+
+
+def write_secret(path: Path, text: str) -> None:
+    """Write a secret file readable by its owner only (mode 600 from creation, also over an older file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
 
 
 class StepFailed(Exception):

@@ -422,7 +422,7 @@ def chain_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float, 
     if not fluid and C > 1.0:
         # the replica is stepping when the request arrives (C - 1 others in flight): it waits for the step in progress
         wait = min(1.0, C - 1.0) * step_residual(points, rm, mix)
-        if rm.host_overlap and rm.depth == 1:
+        if rm.schedules_ahead:
             # async scheduling: the next batch was formed when the step in progress launched, so the
             # request waits for that one too (simulate/engine.py)
             wait += min(1.0, C - 1.0) * tau

@@ -16,9 +16,10 @@ Per decoder layer on one stage of TP degree t (seconds; `LayerCost`):
     layer(n, S, A) = max(compute, memory) + s * min(compute, memory) + c * n + c0
                      c: TP all-reduce bytes per token, c0: all-reduce launches per step,
                      s: the share of the smaller term that mixed batches do not overlap (0: roofline)
-A stage of L_i layers takes G_i = L_i * layer(...) (+ the lm_head and g on the last stage) of GPU time per
-step, g the GPU work of a step outside the per-layer kernels (the sampler over the vocabulary, input
-copies, launch gaps: measured kernel tables leave it out; fitted with the host costs). The engine's host work per step, H = o + q m (o: scheduler and sampling once per engine step;
+A stage of L_i layers takes G_i = L_i * layer(...) (+ the lm_head and g on the last stage) of GPU
+time per step, g the GPU work of a step outside the per-layer kernels (the sampler over the
+vocabulary, input copies, launch gaps: measured kernel tables leave it out; fitted with the host
+costs). The engine's host work per step, H = o + q m (o: scheduler and sampling once per engine step;
 q: host CPU work per sequence in the step, m sequences: building its input, sampling, detokenizing
 and streaming its token), overlaps the GPU: vLLM V1's async scheduling (on by default since 0.12,
 pipeline parallelism included) prepares step N+1 and processes step N's outputs while step N runs,
@@ -127,6 +128,13 @@ class ReplicaModel(Frozen):
         return len(self.stages)
 
     @property
+    def schedules_ahead(self) -> bool:
+        """vLLM V1's async scheduling on a one-stage replica: batch N+1 is formed when batch N
+        launches, so a request that arrives while a step runs joins the batch after the next one
+        (simulate/engine.py admits by it, perf/capacity.py's TTFT waits for it)."""
+        return self.host_overlap and len(self.stages) == 1
+
+    @property
     def kv_capacity_tokens(self) -> float:
         return min(s.kv_tokens for s in self.stages)
 
@@ -143,11 +151,10 @@ class ReplicaModel(Frozen):
 
     def stage_times(self, tokens: float, kv_tokens: float, pairs: float, seqs: float = 0.0,
                     terms: tuple | None = None) -> list[float]:
-        """t_i = max(L_i layer(n, S, A) + head_i, o + q seqs) for one batch of `seqs` sequences (head_i
-        of the last stage includes g, step_gpu_s)
-        (step_seconds: the host work overlaps each stage's GPU time; a chain whose stages are all
-        faster than the host waits for the host at every stage). `terms`: this model's
-        stage_terms(), when the caller kept them."""
+        """t_i = max(L_i layer(n, S, A) + head_i, o + q seqs) for one batch of `seqs` sequences, the
+        last stage's head_i including g (step_seconds: the host work overlaps each stage's GPU time;
+        a chain whose stages are all faster than the host waits for the host at every stage).
+        `terms`: this model's stage_terms(), when the caller kept them."""
         host = self.host_seconds(seqs)
         kinds, stages = terms or self.stage_terms()
         layer = [layer_seconds(t, tokens, kv_tokens, pairs) for t in kinds]

@@ -254,8 +254,11 @@ class Response:
         self._keep_alive = False
         return _UNTIL_CLOSE
 
-    def _take(self, buf: bytearray) -> bool:
-        """Pass on up to `_remaining` body bytes; True once they are all in."""
+    def _take(self, buf: bytearray, then: int) -> bool:
+        """Pass on up to `_remaining` body bytes, and go on to state `then` once they are all in;
+        False when the buffer is empty (more bytes needed)."""
+        if not buf:
+            return False
         n = self._remaining
         if len(buf) <= n:
             part = bytes(buf)
@@ -265,14 +268,12 @@ class Response:
             del buf[:n]
         self._remaining = n - len(part)
         self._push(part)
-        return self._remaining == 0
+        if self._remaining == 0:
+            self._state = then
+        return True
 
     def _length(self, buf: bytearray) -> bool:
-        if not buf:
-            return False
-        if self._take(buf):
-            self._state = _DONE
-        return True
+        return self._take(buf, _DONE)
 
     def _chunk_size(self, buf: bytearray) -> bool:
         i = buf.find(b"\r\n")
@@ -296,11 +297,7 @@ class Response:
         return True
 
     def _chunk_data(self, buf: bytearray) -> bool:
-        if not buf:
-            return False
-        if self._take(buf):
-            self._state = _CHUNK_CRLF
-        return True
+        return self._take(buf, _CHUNK_CRLF)
 
     def _chunk_crlf(self, buf: bytearray) -> bool:
         if len(buf) < 2:

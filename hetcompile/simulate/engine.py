@@ -154,7 +154,7 @@ class ReplicaSim:
         self.depth = self.model.depth
         # async scheduling (module docstring): a one-stage replica forms each batch when the one
         # before it launches, so a batch admits the requests submitted before that launch
-        self.lagged = self.model.host_overlap and self.depth == 1
+        self.lagged = self.model.schedules_ahead
         self.launched_at = -math.inf  # when the step in flight (or the last one) was launched
         self.stage_free = [0.0] * self.depth
         self.kv_capacity = int(self.model.kv_capacity_tokens)
