@@ -53,6 +53,11 @@ def add_report(ir: Problem, report: PassReport) -> Problem:
     return ir.model_copy(update={"reports": (*ir.reports, report)})
 
 
+def _replan(source: Problem, upstream: tuple[Pass, ...], quiet: PassContext) -> Callable[[dict], Problem]:
+    """A pass's ctx.replan: the passes before it re-run, quietly, on the pipeline's input with `update`."""
+    return lambda update: run_pipeline(source.model_copy(update=update), upstream, quiet).ir
+
+
 @dataclass
 class PipelineResult:
     ir: Problem
@@ -76,9 +81,7 @@ def run_pipeline(
     source = ir
     quiet = replace(ctx, log=lambda msg: None, on_pass=lambda name: None, solver=replace(ctx.solver, progress=None))
     for i, p in enumerate(passes):
-        upstream = passes[:i]
-        pctx = replace(ctx, replan=lambda update, upstream=upstream: run_pipeline(
-            source.model_copy(update=update), upstream, quiet).ir)
+        pctx = replace(ctx, replan=_replan(source, passes[:i], quiet))
         for req in p.requires:
             if getattr(ir, req) is None:
                 raise PassError(f"pass {p.name} needs `{req}`, which no earlier pass provided (ran: {', '.join(ran) or 'none'})")

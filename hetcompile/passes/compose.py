@@ -54,7 +54,8 @@ def tables(ir: Problem) -> ComposeTables:
         for w, v in s.estimate.throughput_rps:
             if v > 0:
                 h[(s.id, w)] = v
-    previous, kappa, removed = None, 0.0, 0
+    previous: dict[str, int] | None = None
+    kappa, removed = 0.0, 0
     if ir.previous is not None:
         ids = {s.id for s in shapes}
         previous = {}
@@ -114,6 +115,7 @@ def explain_pinned_model(ir: Problem, model: str) -> str | None:
     m = ir.model(model)
     if m.tp is None and m.pp is None:
         return None
+    assert ir.perf is not None  # profile provides perf with the shapes
     lines = []
     for o in ir.offers:
         tps = [t for t in profile_tp_degrees(m.arch.heads, o.gpus_per_node) if m.tp is None or t in m.tp]
@@ -143,6 +145,7 @@ def explain_unfit_model(ir: Problem, model: str) -> str:
     if pinned is not None:
         return pinned
     m = ir.model(model)
+    assert ir.perf is not None  # profile provides perf with the shapes
     weights = m.arch.layers * next(e for e in ir.perf if e.model == model).layer_bytes
     lines = []
     for o in ir.offers:
@@ -448,6 +451,7 @@ def churn_notes(ir: Problem, t: ComposeTables, sol: ComposeSolution, opts: Solve
         _, best = _solve(free, opts, "compose/max-theta-no-churn", "theta")
     kept = sum(min(sol.y.get(c, 0), n) for c, n in (t.previous or {}).items())
     total = sum((t.previous or {}).values()) + t.removed
+    assert ir.previous is not None  # t.previous comes from it
     out = [f"replanning against {ir.previous.plan}: keeps {kept} of {total} running replicas, "
            f"{sol.churn} launched or torn down (churn penalty {ir.previous.churn_penalty:g} of the previous objective each); "
            "the solver's objective and bound include that penalty"]

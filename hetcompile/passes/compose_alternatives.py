@@ -64,6 +64,7 @@ def _shape_label(ir: Problem, c: str) -> str:
 def frontier(ir: Problem, t: ComposeTables, sol: ComposeSolution, solve: Solver,
              full_demand_per_h: float | None) -> tuple[FrontierPoint, ...]:
     total = sum(t.demand.values())
+    assert t.budget is not None  # applies(): only with a budget
     points = [FrontierPoint(budget_per_hour=t.budget * 3600, price_per_hour=sol.cost * 3600, scale=sol.theta,
                             requests_per_s=sol.theta * total, this_plan=True, tpot_s=mean_tpot(ir, sol))]
     budgets = sorted({round(t.budget * f * 3600, 6) for f in BUDGET_FACTORS}
@@ -95,7 +96,7 @@ def frontier(ir: Problem, t: ComposeTables, sol: ComposeSolution, solve: Solver,
 
 def runners_up(ir: Problem, t: ComposeTables, sol: ComposeSolution, solve: Solver) -> tuple[RunnerUp, ...]:
     total = sum(t.demand.values())
-    served = {}
+    served: dict[str, float] = {}
     for (c, _), r in sol.r.items():
         served[c] = served.get(c, 0.0) + r
     used = sorted((c for c, n in sol.y.items() if n > 0), key=lambda c: (-served.get(c, 0.0), c))[:MAX_RUNNERS]

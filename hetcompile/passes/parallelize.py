@@ -30,6 +30,7 @@ class Parallelize(Pass):
     requires = ("replicas",)
 
     def run(self, ir: Problem, ctx: PassContext) -> Problem:
+        assert ir.replicas is not None  # requires
         out, notes = [], []
         for r in ir.replicas:
             tps = {s.tp for s in r.stages}

@@ -37,7 +37,7 @@ from hetcompile import placement
 from hetcompile.plan.canon import natural_key
 from hetcompile.errors import PassError
 from hetcompile.ir.problem import Composition, Node, PassReport, Problem, Replica, Stage
-from hetcompile.plan.doc import Binding, ChainSummary, ModelPlacement
+from hetcompile.plan.doc import Binding, ChainSummary, ModelPlacement, PrimaryWorkers
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes import place_hetis
 from hetcompile.passes.place_problem import chain_estimate, placement_problem
@@ -58,6 +58,7 @@ def materialize(ir: Problem) -> tuple[tuple[Node, ...], tuple[Replica, ...]]:
     (`ir.previous`), a copy of a shape that already runs keeps that replica's id and node ids,
     so explain's diff sees it untouched; new replicas and nodes take the lowest free ids."""
     comp = ir.composition
+    assert comp is not None  # place requires it
     counts = dict(comp.counts)
     running: dict[str, list] = {}
     for pr in ir.previous.replicas if ir.previous else ():
@@ -316,6 +317,7 @@ def place_model(ir: Problem, m, pool: list[Node], mine: list[Replica], budget: _
 
 def chain_replicas(m, j: _Judged) -> tuple[list[Replica], dict[str, Node]]:
     """The kept chains as replicas, and the nodes (or TP slices) they run on."""
+    assert j.res is not None  # chains are kept only when placement ran (no chains: theta_p 0)
     pool_by_id = {n.id: n for n in j.pool}
     reps = []
     for c in j.chains:
@@ -334,6 +336,7 @@ def chain_replicas(m, j: _Judged) -> tuple[list[Replica], dict[str, Node]]:
 def model_summary(ir: Problem, m, j: _Judged) -> ModelPlacement:
     """What plan.json and plan.md say about one model's placement."""
     res, shared = j.res, j.shared
+    assert res is not None  # place_mixed summarizes only the models it placed
     return ModelPlacement(
         model=m.name, objective=ir.placement.objective, kept=j.kept, pool_nodes=len(j.pool),
         pool_gpus=sum(n.gpus for n in j.pool),
@@ -368,7 +371,8 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
     final_nodes: dict[str, Node] = {}
     out: list[Replica] = []  # replica ids r0, r1, ... in model order
     lp: dict[str, tuple[float, dict[tuple[str, str], float]]] = {}  # model -> theta, x_{r,w} (rates.py)
-    summaries, notes, primary = [], [], []
+    summaries, notes = [], []
+    primary: list[PrimaryWorkers] = []
     status, objective, bound, gap = "ok", None, None, None
     for m in ir.models:
         mine = [r for r in replicas if r.model == m.name]
@@ -426,6 +430,7 @@ def _composition(ir: Problem, reps: list[Replica], lp: dict[str, tuple[float, di
     """Composition of the final replicas from each model's rate LP (passes/rates.py): the plan's
     scale is the smallest theta over models, and every model's x is scaled down to it."""
     comp = ir.composition
+    assert comp is not None  # place requires it
     scale = min((theta for theta, _ in lp.values()), default=0.0)
     if ir.objective == "min-cost":
         scale = min(scale, comp.scale)  # serve the demand, not more
@@ -458,6 +463,7 @@ class Place(Pass):
 
     def verify(self, ir: Problem) -> None:
         used: set[str] = set()
+        assert ir.replicas is not None  # place provides it
         for r in ir.replicas:
             L = ir.model(r.model).arch.layers
             pos = 0

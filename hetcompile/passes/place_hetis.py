@@ -119,6 +119,7 @@ def select_chains(ir: Problem, pp: PlacementProblem, chains: list[ChainInfo], ws
     if delta <= 0 or not chains:
         return chains, []
     demand = {w.name: w.demand for w in ws}
+    assert ir.composition is not None  # place requires it
     cap = ir.composition.scale if ir.objective == "min-cost" else math.inf
 
     def served(cs: list[ChainInfo]) -> float:
@@ -247,6 +248,7 @@ def to_ir(model: str, delta: float, records: list[_Record], chains: dict[str, Ch
             nodes = ", ".join(sorted(slice_id(u.unit) for u in lo.units))
             what = f"{n}x {lo.gpu} ({nodes}) would add {100 * lo.adds:.1f}% < {100 * delta:g}% to {rid}'s dense speed"
             if lo.fate == "moved":
+                assert lo.to_chain is not None  # a moved group names its chain
                 lines.append(f"{what}: moved to {rid_of.get(lo.to_chain, lo.to_chain)}, where "
                              f"{'it adds' if len(lo.units) == 1 else 'they add'} at least {100 * delta:g}%")
             elif lo.fate == "not-rented":

@@ -103,12 +103,13 @@ def admission(replica, workloads: dict, rates: dict[str, float]) -> dict:
 
 
 def routing_table(ir: Problem) -> RoutingTable:
+    assert ir.composition is not None and ir.replicas is not None  # route requires both
     counts = dict(ir.composition.counts)
     per_replica: dict[tuple[str, str], float] = {}
-    for shape, w, rate in ir.composition.rates:
+    for shape, wn, rate in ir.composition.rates:
         for r in ir.replicas:
             if r.shape == shape:
-                per_replica[(r.id, w)] = rate / counts[shape]
+                per_replica[(r.id, wn)] = rate / counts[shape]
     models = []
     for m in ir.models:
         ws = [w for w in ir.workloads if w.model == m.name]

@@ -71,8 +71,8 @@ class Verify(Pass):
             if not misses:
                 best = verified
             bad = {m.workload for m in misses}
-            for w in ws:
-                _record(held, missed, w.name, factors.get(w.name, 1.0), w.name in bad)
+            for vw in ws:
+                _record(held, missed, vw.name, factors.get(vw.name, 1.0), vw.name in bad)
             trial = next_factors(factors, held, missed, tighten(misses))
             if trial == factors or rounds == max_rounds:
                 break

@@ -21,7 +21,7 @@ from dataclasses import replace
 from hetcompile.opt.solve import SolverOptions
 from hetcompile.placement.chains import place_chains
 from hetcompile.placement.problem import Link, ModelSpec, NodeGroup, PlacementProblem, StageProfile
-from hetcompile.placement.result import ChainInfo, PlacementResult, SolveRecord, StageUnit
+from hetcompile.placement.result import ChainInfo, Objective, PlacementResult, SolveRecord, StageUnit
 from hetcompile.placement.shared import place_shared
 from hetcompile.placement.verify import summary_lines, verify_result
 
@@ -57,7 +57,7 @@ def remembering() -> Iterator[None]:
 
 
 def place(
-    problem: PlacementProblem, *, mode: str = "chains", objective: str = "depth-aware",
+    problem: PlacementProblem, *, mode: str = "chains", objective: Objective = "depth-aware",
     options: SolverOptions | None = None, partial_inference: bool = False,
 ) -> PlacementResult:
     """Place the model's layers on the problem's nodes (see the module docstring). Inside
@@ -83,7 +83,7 @@ def place(
     return res
 
 
-def _solve(problem: PlacementProblem, mode: str, objective: str, options: SolverOptions,
+def _solve(problem: PlacementProblem, mode: str, objective: Objective, options: SolverOptions,
            partial_inference: bool) -> PlacementResult:
     if mode == "chains":
         return place_chains(problem, options, objective=objective)

@@ -25,7 +25,7 @@ def evaluate_placement(
     """Wrap a fixed placement: shared when `chains` is None, else the given chains (unit ids)."""
     units = tuple(sorted(units, key=lambda u: (u.start, u.unit)))
     value, flow = helix_flow(p, units, chains, partial)
-    infos = []
+    infos: list[ChainInfo] = []
     if chains is None:
         da = shared_depth_aware(p, units, partial)
     else:

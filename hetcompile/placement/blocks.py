@@ -143,6 +143,7 @@ class BlockSearch:
             cl = list(cols)
             R = np.array([self._units(b) for b in cl]).T
             res = small_lp(np.array([b[0] for b in cl], dtype=float), R, self.N)
+            assert res.objective is not None and res.duals is not None  # x = 0 is feasible: the LP always solves
             self.last_lp = res.objective
             pi = res.duals
             added = 0

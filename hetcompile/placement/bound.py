@@ -108,9 +108,8 @@ class PatternBound:
             rows.append(np.ones(len(self.items)))
             lo.append(float(min_nodes))
             hi.append(np.inf)
-        lo, hi = np.array(lo), np.array(hi)
         n = len(c)
-        res = small_milp(c, np.array(rows), lo, hi, np.zeros(n), np.full(n, np.inf), np.ones(n, dtype=bool))
+        res = small_milp(c, np.array(rows), np.array(lo), np.array(hi), np.zeros(n), np.full(n, np.inf), np.ones(n, dtype=bool))
         if res.x is None:
             return np.inf, ()
         m = np.round(res.x).astype(int)
@@ -136,6 +135,7 @@ class PatternBound:
                 return val, False
             R = np.array([self._usage(pat) for pat in cols]).T
             res = small_lp(np.ones(len(cols)), R, self.N)
+            assert res.objective is not None and res.duals is not None  # x = 0 is feasible: the LP always solves
             self.lp_solves += 1
             val = res.objective
             pi = res.duals

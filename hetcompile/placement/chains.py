@@ -29,7 +29,7 @@ from hetcompile.placement.chains_search import Chain, ChainSearch, order_slots, 
 from hetcompile.placement.evaluate import chain_eval, edge_flows, helix_flow
 from hetcompile.placement.heuristics import group_chains
 from hetcompile.placement.problem import PlacementProblem
-from hetcompile.placement.result import ChainInfo, PlacementResult, SolveRecord
+from hetcompile.placement.result import ChainInfo, Objective, PlacementResult, SolveRecord
 from hetcompile.placement.chain_model import full_tokens_per_s
 from hetcompile.placement.splits import stages_from_split
 from hetcompile.placement.tables import group_tables, network
@@ -115,7 +115,8 @@ def _as_level(p: PlacementProblem, tables, chain: Chain, search: ChainSearch):
 
 
 def chain_infos(p: PlacementProblem, chains: list[Chain], search: ChainSearch) -> tuple[list[ChainInfo], list]:
-    infos, units = [], []
+    infos: list[ChainInfo] = []
+    units = []
     for c in chains:
         _, ks = search.split(c)
         if not ks:
@@ -190,7 +191,8 @@ class _Log:
     """The search's solve records, each also told to the live status line (options.tell)."""
 
     def __init__(self, name: str, options: SolverOptions):
-        self.name, self.options, self.records = name, options, []
+        self.name, self.options = name, options
+        self.records: list[SolveRecord] = []
         self.best = 0.0
 
     def append(self, rec: SolveRecord) -> None:
@@ -200,7 +202,7 @@ class _Log:
                           + (f", bound {rec.bound:.6g}" if rec.bound is not None else ""))
 
 
-def place_chains(p: PlacementProblem, options: SolverOptions, *, objective: str = "depth-aware") -> PlacementResult:
+def place_chains(p: PlacementProblem, options: SolverOptions, *, objective: Objective = "depth-aware") -> PlacementResult:
     t0 = time.perf_counter()
     budget = float(options.time_limit_s)
 

@@ -62,7 +62,7 @@ def _components(net: Network, theta: float) -> list[tuple[str, ...]]:
 
 def chain_tables(tables: tuple[GroupTable, ...], net: Network, L: int, max_slots: int | None = None) -> ChainTables:
     groups = {t.gi: t.count for t in tables}
-    per_group_best = defaultdict(float)
+    per_group_best: defaultdict[int, float] = defaultdict(float)
     for t in tables:
         per_group_best[t.gi] = max(per_group_best[t.gi], t.count * t.units_per_node * t.kmax)
     slots = int(sum(per_group_best.values()) // L)
@@ -178,7 +178,7 @@ def warm_start(m: pyo.ConcreteModel, ct: ChainTables, chains: list[tuple[int, fl
         m.z[k].set_value(0)
     for kj in m.V:
         m.v[kj].set_value(0)
-    used = defaultdict(int)
+    used: defaultdict[int, int] = defaultdict(int)
     for c, (tp, theta, kinds) in enumerate(sorted(chains, key=lambda x: -x[1])):
         key = next((k for k in ct.keys if k[0] == c and k[1] == tp and abs(k[2] - theta) <= 1e-9
                     and all(j in _kinds(ct, k) for j in kinds)), None)

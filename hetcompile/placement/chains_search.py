@@ -60,6 +60,7 @@ def order_slots(p: PlacementProblem, slots: list[Slot] | Chain) -> Chain:
         key = (-min(caps, default=float("inf")), lat, perm)
         if best_key is None or key < best_key:
             best, best_key = seq, key
+    assert best is not None  # two regions or more: at least one order
     return tuple(best)
 
 

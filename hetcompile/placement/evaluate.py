@@ -277,6 +277,6 @@ def shared_capacity(p: PlacementProblem, units: Sequence[StageUnit], paths: list
         hops += p.link(last, SINK).latency + p.link(SOURCE, first).latency
         ub.append(c / (sum(t[x] for x in pu) + hops))
     res = small_lp(np.ones(len(paths)), np.array(A), np.array(rhs), np.array(ub))
-    X = res.objective if res.x is not None else 0.0
+    X = res.objective if res.objective is not None else 0.0  # None exactly when there is no x
     m = p.model
     return float(X * (1.0 + m.input_tokens / m.output_tokens))

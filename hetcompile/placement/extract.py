@@ -44,14 +44,15 @@ def improve_assignment(
             ui = units[i]
             used = {u.node for u in units}
             idle = [n for n in p.groups[ui.gi].ids if n not in used]
-            cands = [("swap", k) for k in range(i + 1, len(units)) if units[k].gi == ui.gi and units[k].tp == ui.tp
-                     and (units[k].start, units[k].end) != (ui.start, ui.end)]
-            cands += [("idle", n) for n in idle]
-            for kind, c in cands:
+            # a candidate is unit k (swap the two nodes) or an idle node's id (move there)
+            cands: list[int | str] = [k for k in range(i + 1, len(units)) if units[k].gi == ui.gi and units[k].tp == ui.tp
+                                      and (units[k].start, units[k].end) != (ui.start, ui.end)]
+            cands += idle
+            for c in cands:
                 if not budget.take():
                     break
                 trial = list(units)
-                if kind == "swap":
+                if isinstance(c, int):
                     uk = units[c]
                     trial[i] = StageUnit(uk.node, uk.node, ui.gi, ui.tp, ui.gpus, ui.start, ui.end)
                     trial[c] = StageUnit(ui.node, ui.node, uk.gi, uk.tp, uk.gpus, uk.start, uk.end)

@@ -124,8 +124,8 @@ def load_setup(name: str, *, max_concurrency: int | None = MAX_NUM_SEQS) -> Plac
         )
     if "links_rule" in cl:
         rule = cl["links_rule"]
-        region_links = (Link("r0", "r0", float(rule["bandwidth_value_in_code"]), float(rule["latency_s"])),)
-        return PlacementProblem(info.name, model, tuple(groups), region_links, "r0")
+        link = Link("r0", "r0", float(rule["bandwidth_value_in_code"]), float(rule["latency_s"]))
+        return PlacementProblem(info.name, model, tuple(groups), (link,), "r0")
     node_links, region_of = [], {f"n{n['id']}": f"r{n['region']}" for n in cl["nodes"]}
     sums: dict[frozenset, list[tuple[float, float]]] = {}
     for a, b, mbps, ms in cl["links"]:

@@ -189,14 +189,15 @@ def select_cluster(types: Sequence[UnitType], layers: int, delta: float = DEFAUL
         if any(sum(g) == 0 for g in groups):
             break  # more instances than units
         tried += 1
-        sels = []
+        sels: list[Selection] = []
         for g in groups:
             if g not in memo:  # even division leaves at most two distinct instances per k
                 gt = tuple(UnitType(t.name, c, t.cost, t.max_layers, t.power) for t, c in zip(types, g))
                 memo[g] = select(gt, layers, delta) if math.isfinite(dense_cost(gt, g, layers)) else None
-            if memo[g] is None:
+            sel = memo[g]
+            if sel is None:
                 break  # KV filter: this configuration is dropped
-            sels.append(memo[g])
+            sels.append(sel)
         else:
             score = sum(1.0 / s.cost for s in sels)
             if best is None or score > best.score * (1 + 1e-12):

@@ -35,7 +35,7 @@ from hetcompile.placement.evaluate import edge_flows, helix_flow, shared_depth_a
 from hetcompile.placement.extract import improve_assignment, units_from_intervals
 from hetcompile.placement.milp_shared import build_model, extract_intervals, shared_tables, warm_start
 from hetcompile.placement.problem import PlacementProblem
-from hetcompile.placement.result import PlacementResult, SolveRecord, StageUnit
+from hetcompile.placement.result import Objective, PlacementResult, SolveRecord, StageUnit
 from hetcompile.placement.segments import SegmentSearch, realize_segments
 from hetcompile.placement.tables import group_tables, network
 
@@ -87,7 +87,7 @@ def _gap(value: float, bound: float | None) -> float | None:
 
 
 def place_shared(p: PlacementProblem, options: SolverOptions, *, partial: bool = False,
-                 objective: str = "helix") -> PlacementResult:
+                 objective: Objective = "helix") -> PlacementResult:
     """Helix's shared per-request pipelines: heuristics, bounds, block and segment searches, then
     the MILP, each on a share of one work budget, until the incumbent meets the bound."""
     s = _SharedSearch(p, options, partial)
@@ -234,7 +234,7 @@ class _SharedSearch:
         self.solves.append(SolveRecord(res.name, res.status, res.objective, res.bound, res.gap, res.time_s + build_s))
         self.milp_timed_out = res.limit == "time"
 
-    def result(self, objective: str) -> PlacementResult:
+    def result(self, objective: Objective) -> PlacementResult:
         p, work = self.p, self.work
         capped = work.timed_out or self.milp_timed_out
         val, flow = helix_flow(p, self.inc.units, partial=self.partial)

@@ -118,7 +118,8 @@ def _best_split(T: tuple[float, ...], layers: int, m: int) -> tuple[float, tuple
         return 0.0, ()
     if m == 1:
         return T[layers - 1], (layers,)
-    best, arg = 0.0, ()
+    best = 0.0
+    arg: tuple[int, ...] = ()
     for k in range(1, min(K, layers - m + 1) + 1):
         if T[k - 1] <= best:
             continue

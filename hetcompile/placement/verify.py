@@ -11,6 +11,7 @@ PassError (a bug, not a user error).
 from __future__ import annotations
 
 import math
+from typing import NoReturn
 
 import networkx as nx
 
@@ -20,7 +21,7 @@ from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem
 from hetcompile.placement.result import PlacementResult
 
 
-def _fail(res: PlacementResult, msg: str) -> None:
+def _fail(res: PlacementResult, msg: str) -> NoReturn:
     raise PassError(f"place ({res.problem_name}, {res.mode}): {msg}")
 
 
