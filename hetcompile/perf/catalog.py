@@ -18,7 +18,7 @@ PCIE4_BYTES_PER_S = 32e9
 
 
 def _load(name: str) -> list[dict]:
-    text = resources.files("hetcompile.perf").joinpath("data", name).read_text()
+    text = resources.files("hetcompile.perf").joinpath("data").joinpath(name).read_text()
     return yaml.safe_load(text) or []
 
 

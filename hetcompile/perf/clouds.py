@@ -25,7 +25,7 @@ class Refusal:
 
 @lru_cache(maxsize=1)
 def table() -> dict:
-    text = resources.files("hetcompile.perf").joinpath("data", "clouds.yaml").read_text()
+    text = resources.files("hetcompile.perf").joinpath("data").joinpath("clouds.yaml").read_text()
     return yaml.safe_load(text)
 
 

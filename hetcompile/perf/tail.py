@@ -148,8 +148,8 @@ class TailModel:
                 continue
             # inside the geometric tail: P(N > c + k) = p_c r^(k + 1) / (1 - r)
             beyond = 1.0 - q
-            k = math.log(beyond * (1.0 - r) / p_c) / math.log(r) - 1.0 if beyond * (1.0 - r) < p_c * r else 0.0
-            out.append(self.c + max(0.0, math.ceil(k - 1e-9)))
+            k_tail = math.log(beyond * (1.0 - r) / p_c) / math.log(r) - 1.0 if beyond * (1.0 - r) < p_c * r else 0.0
+            out.append(self.c + max(0.0, math.ceil(k_tail - 1e-9)))
         return out
 
     def _at(self, n: float) -> tuple[float, float]:

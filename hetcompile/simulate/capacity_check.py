@@ -32,7 +32,7 @@ from pathlib import Path
 from hetcompile.plan.doc import PlanDoc
 from hetcompile.perf.capacity import chain_capacity
 from hetcompile.perf.stepmodel import ReplicaModel
-from hetcompile.simulate.run import poisson_requests, saturation_throughput
+from hetcompile.simulate.run import finished_at, poisson_requests, saturation_throughput, ttft_of
 
 OVERLOAD = 1.3
 LIFETIMES = 36
@@ -115,8 +115,8 @@ def ttft_cases(plan: PlanDoc, loads: tuple[float, ...] = (0.3, 0.6, 0.85), seed:
         est = chain_capacity(rm, I, O)
         for load in loads:
             reqs = poisson_requests(rm, I, O, load * est.requests_per_s, 60.0 * (est.ttft_s + O * est.tpot_s), seed)
-            ttft = statistics.mean(q.first_token - q.arrival for q in reqs)
-            engine = statistics.mean(q.finish - q.arrival - rm.request_overhead_s for q in reqs)
+            ttft = statistics.mean(ttft_of(q) for q in reqs)
+            engine = statistics.mean(finished_at(q) - q.arrival - rm.request_overhead_s for q in reqs)
             C = max(1.0, load * est.requests_per_s * engine)
             e = chain_capacity(rm, I, O, max_concurrency=C)
             out.append(TtftCase(plan.plan, r.id, w.name, load, C, ttft, e.ttft_s, e.ttft_s - e.step_wait_s))

@@ -5,13 +5,13 @@ Generated into `schemas/simulation.schema.json`; `hetcompile explain OUT` render
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
 from hetcompile.frozen import Frozen
 
-SIMULATION_FORMAT = "hetcompile-simulation/1"
+SIMULATION_FORMAT: Final = "hetcompile-simulation/1"
 
 
 

@@ -64,6 +64,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hetcompile.perf.stepmodel import ReplicaModel
@@ -439,7 +440,7 @@ class EventLoop:
         self.guards: list[float] = []
         self.seq = 0
         self.now = 0.0
-        self.on_exit = None
+        self.on_exit: Callable[[float, bool], None] | None = None
 
     def at(self, t: float, fn, *args, guard: bool = True) -> None:
         self.seq += 1

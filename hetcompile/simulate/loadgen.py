@@ -86,20 +86,22 @@ def staged_times(stages: list[tuple[float, float]], seed: int = 0, poisson: bool
 
 
 def _result(reqs: list[Request], end: float) -> LoadResult:
-    done = [r for r in reqs if r.finish is not None]
+    # (arrival, first token, finish, output tokens) of each finished request (a finished one has its first token)
+    done = [(r.arrival, r.first_token, r.finish, r.output_tokens) for r in reqs
+            if r.finish is not None and r.first_token is not None]
     if not done:
         return LoadResult(0.0, float("inf"), float("inf"), end, 0)
     start = min(r.arrival for r in reqs)
-    last = max(r.finish for r in done)
-    tokens = sum(r.output_tokens for r in done)
-    ttft = statistics.median(r.first_token - r.arrival for r in done)
-    gaps = [(r.finish - r.first_token) / (r.output_tokens - 1) for r in done if r.output_tokens > 1]
+    last = max(f for _, _, f, _ in done)
+    tokens = sum(n for *_, n in done)
+    ttft = statistics.median(t - a for a, t, _, _ in done)
+    streams = [(t, f, n) for _, t, f, n in done if n > 1]
+    gaps = [(f - t) / (n - 1) for t, f, n in streams]
     tpot = statistics.median(gaps) if gaps else 0.0
-    streams = [r for r in done if r.output_tokens > 1]
-    itl = (sum(r.finish - r.first_token for r in streams) / sum(r.output_tokens - 1 for r in streams)) if streams else 0.0
+    itl = (sum(f - t for t, f, _ in streams) / sum(n - 1 for *_, n in streams)) if streams else 0.0
     return LoadResult(tokens / max(last - start, 1e-9), ttft, tpot, last - start, len(done),
-                      ttft_mean_s=statistics.fmean(r.first_token - r.arrival for r in done), itl_mean_s=itl,
-                      e2e_mean_s=statistics.fmean(r.finish - r.arrival for r in done))
+                      ttft_mean_s=statistics.fmean(t - a for a, t, _, _ in done), itl_mean_s=itl,
+                      e2e_mean_s=statistics.fmean(f - a for a, _, f, _ in done))
 
 
 def _run(model: ReplicaModel, schedule, n: int, on_done=None, prefill_first: bool = False) -> tuple[Driver, list[Request]]:

@@ -177,7 +177,9 @@ def replay(plan: PlanDoc, arrivals: list[Arrival], duration: float) -> tuple[lis
 
     def arrive(a: Arrival) -> None:
         picker, reps = pickers[a.workload]
-        rep = reps[picker.pick(range(len(reps)))]
+        i = picker.pick(range(len(reps)))
+        assert i is not None  # every routed replica is eligible: the weights are positive
+        rep = reps[i]
         req = Request(len(requests), a.workload, a.t, a.input_tokens, a.output_tokens)
         requests.append(req)
         driver.arrive(rep, req)
@@ -215,11 +217,18 @@ def ttft_of(r: Request) -> float:
     return r.first_token - r.arrival if r.first_token is not None else math.inf
 
 
+def finished_at(r: Request) -> float:
+    """When the request finished (inf: it had not when the drain ended)."""
+    return r.finish if r.finish is not None else math.inf
+
+
 def tpot_of(r: Request) -> float | None:
     """Time per output token after the first (None: one output token; inf: unfinished)."""
     if r.output_tokens <= 1:
         return None
-    return (r.finish - r.first_token) / (r.output_tokens - 1) if r.finish is not None else math.inf
+    if r.finish is None or r.first_token is None:
+        return math.inf
+    return (r.finish - r.first_token) / (r.output_tokens - 1)
 
 
 def within(r: Request, ttft_s: float | None, tpot_s: float | None) -> bool:
@@ -296,7 +305,8 @@ def _one_replica(rm, input_tokens: int, output_tokens: int, rate: float, duratio
     rng = np.random.default_rng(seed)
     lengths = np.random.default_rng([seed, 1]) if spread > 0 else None
     lo, hi = max(1, round(output_tokens * (1.0 - spread))), max(1, round(output_tokens * (1.0 + spread)))
-    t, reqs = 0.0, []
+    t = 0.0
+    reqs: list[Request] = []
     while True:
         t += float(rng.exponential(1.0 / rate))
         if t > duration:
