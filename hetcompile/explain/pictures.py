@@ -70,6 +70,24 @@ def frontier_svg(plan: PlanDoc) -> str | None:
     return _svg(fig)
 
 
+MAX_BARS = 6  # TPOT bars per replica; beyond, workloads of one (TPOT, target) share a bar
+
+
+def _tpot_rows(rid: str, loads: list[tuple[str, float]],
+               slo: dict[str, float | None]) -> list[tuple[str, str, float, float | None]]:
+    """(replica, label, TPOT, SLO target) bars of one replica: one per workload, or, for a replica
+    serving more than MAX_BARS workloads (a spec of thousands: one bar each would take minutes to lay
+    out and be unreadable), one per distinct (TPOT, target), labelled with its workload or
+    'N workloads (first, ...)'."""
+    if len(loads) <= MAX_BARS:
+        return [(rid, w, v, slo.get(w)) for w, v in loads]
+    groups: dict[tuple[float, float | None], list[str]] = {}
+    for w, v in loads:
+        groups.setdefault((round(v, 9), slo.get(w)), []).append(w)
+    return [(rid, ws[0] if len(ws) == 1 else f"{len(ws)} workloads ({ws[0]}, ...)", v, target)
+            for (v, target), ws in sorted(groups.items(), key=lambda kv: kv[1][0])]
+
+
 def utilization_svg(plan: PlanDoc) -> str:
     e = explain_plan(plan)
     reps = e.replicas
@@ -81,12 +99,13 @@ def utilization_svg(plan: PlanDoc) -> str:
     busy.axvline(100, color="#c44e52", linestyle="--")
     busy.set_xlabel("busy (% of the replica's time)")
     busy.set_title("utilization per replica")
-    rows = [(r.id, ld.workload, ld.tpot_s) for r in reps for ld in r.workloads if ld.weight > 0 and ld.tpot_s is not None]
-    labels = [f"{rid} {w}" for rid, w, _ in rows][::-1]
-    tpot.barh(labels, [1e3 * v for _, _, v in rows][::-1], color="#8172b3")
-    for i, (_, w, _) in enumerate(rows[::-1]):
-        if slo.get(w):
-            tpot.plot([1e3 * slo[w]] * 2, [i - 0.4, i + 0.4], color="#c44e52", linewidth=2)
+    rows = [row for r in reps for row in _tpot_rows(r.id, [(ld.workload, ld.tpot_s) for ld in r.workloads
+                                                            if ld.weight > 0 and ld.tpot_s is not None], slo)]
+    labels = [f"{rid} {w}" for rid, w, _, _ in rows][::-1]
+    tpot.barh(labels, [1e3 * v for _, _, v, _ in rows][::-1], color="#8172b3")
+    for i, (_, _, _, target) in enumerate(rows[::-1]):
+        if target:
+            tpot.plot([1e3 * target] * 2, [i - 0.4, i + 0.4], color="#c44e52", linewidth=2)
     tpot.set_xlabel("predicted TPOT ms (red: the SLO target)")
     tpot.set_title("latency per replica and workload")
     fig.tight_layout()

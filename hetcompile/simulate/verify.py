@@ -37,6 +37,12 @@ its own seed, warm-up and n_w / R measured requests (Law & Kelton, Simulation Mo
 
 (the second term, the independent-samples bound, for runs where no replication sees a miss).
 
+A workload too small for its own percentile (fewer than requests_for_quantile(q) measured requests:
+a spec of thousands of workloads at a few requests per hour each) cannot be judged alone: with a
+dozen requests, even none outside leaves an upper bound far above 1 - q, and no replan gives it more
+requests. Such workloads are judged pooled with every other such workload of the same targets (kind,
+q, TTFT and TPOT bounds): one share outside over all their requests, and a miss is a miss of each.
+
 Where a target misses, `tighten` says how much less load that workload's replicas may take (the
 ratio target / simulated, at least TIGHTEN_MIN and at most TIGHTEN_MAX of the load per round); the
 driver re-solves with that factor and replays again, for at most MAX_ROUNDS plans. An SLO still
@@ -46,6 +52,7 @@ missed is an error at the SLO's line; a queueing bound still missed leaves the p
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import hashlib
@@ -262,12 +269,32 @@ def _replicate(plan: PlanDoc, ts: list[Targets], seed: int,
     else:
         results = [_one(plan, ts, duration, warmup, k) for k in seeds]
     docs, runs = [d for d, _ in results], {t.workload: [m[t.workload] for _, m in results] for t in ts}
+    pooled = pooled_misses(ts, runs)
     ws, misses = [], []
     for t in ts:
         vw, mine = judge(t, runs[t.workload])
+        if t.workload in pooled:
+            mine = pooled[t.workload]
+            vw = vw.model_copy(update={"met": not mine})
         ws.append(vw)
         misses += mine
     return docs, ws, misses
+
+
+def pooled_misses(ts: list[Targets], runs: dict[str, list[list[Request]]]) -> dict[str, list[Miss]]:
+    """The misses of each workload too small to be judged alone, judged pooled with the others of its
+    targets (module docstring); {} when there are none. A group of one is judged alone."""
+    groups: dict[tuple, list[Targets]] = {}
+    for t in ts:
+        if sum(len(run) for run in runs[t.workload]) < requests_for_quantile(t.q):
+            groups.setdefault((t.kind, t.q, t.ttft_s, t.tpot_s), []).append(t)
+    out: dict[str, list[Miss]] = {}
+    for group in (g for g in groups.values() if len(g) > 1):
+        together = [[r for t in group for r in runs[t.workload][k]] for k in range(len(runs[group[0].workload]))]
+        _, misses = judge(group[0], together)
+        for t in group:
+            out[t.workload] = [dataclasses.replace(m, workload=t.workload) for m in misses]
+    return out
 
 
 def tighten(misses: list[Miss]) -> dict[str, float]:
