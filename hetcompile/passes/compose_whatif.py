@@ -6,6 +6,11 @@ the answers are exactly what compose would choose, not a linear approximation:
   full demand   min cost with theta = 1 and no budget row: the least $/h that meets every workload
                 rate within availability (the price a min-cost build of the same spec reports).
                 When availability cannot meet it: max theta with no budget row instead.
+                Where verification left workloads a share f_w < 1 of the tail model's load, h_{c,w}
+                carries it, and a min-cost build's own verification searches its own shares: the
+                same re-solve at f_w = 1 (h_{c,w} / f_w) is then the floor (no verified plan is
+                cheaper: every f_w <= 1 and the cost only grows as h shrinks), and the price at this
+                plan's shares the figure a min-cost build reaches when it needs the same margins.
   budget        max theta at B + s, s = max($1/h, the cheapest replica's price): what more money
                 buys (MILP: a step smaller than one replica buys nothing, so s is one replica)
   availability  max theta with a_o + one more replica's nodes (the smallest shape the plan uses on
@@ -50,13 +55,27 @@ def analyse(ir: Problem, t: ComposeTables, sol: ComposeSolution, binding: tuple[
     free = replace(t, budget=None)
     full = solve(free, "compose/what-if-full-demand", "cost")
     solves += 1
+    floor_price = None
+    if full is not None and (factors := dict(ir.tail_factors)):
+        at_one = replace(free, h={(c, w): v / factors.get(w, 1.0) for (c, w), v in t.h.items()})
+        floor = solve(at_one, "compose/what-if-full-demand-tail-model", "cost")
+        solves += 1
+        floor_price = floor.cost * 3600 if floor is not None and floor.cost < full.cost * (1 - 1e-9) else None
     if full is not None:
         full_price = full.cost * 3600
         where = "within" if t.budget is None or full.cost <= t.budget * (1 + 1e-9) else "above"
-        lines.append(f"Serving 100% of the demand ({human.si(total)} req/s, every SLO met) takes "
-                     f"{human.money(full_price)} at least" + (f", {where} the {human.money(t.budget * 3600)} budget"
-                                                             if t.budget is not None else "")
-                     + " (a min-cost build of this spec).")
+        budget = f", {where} the {human.money(t.budget * 3600)} budget" if t.budget is not None else ""
+        if floor_price is None:
+            lines.append(f"Serving 100% of the demand ({human.si(total)} req/s, every SLO met) takes "
+                         f"{human.money(full_price)} at least{budget}: a min-cost build of this spec, more where "
+                         "its own simulation asks for margins.")
+        else:
+            shares = _shares_text(ir.tail_factors)
+            lines.append(f"Serving 100% of the demand ({human.si(total)} req/s, every SLO met) takes "
+                         f"{human.money(floor_price)} to {human.money(full_price)}{budget}: a min-cost build of this "
+                         f"spec costs {human.money(floor_price)} where its simulation holds the SLOs at the tail "
+                         f"model's load, {human.money(full_price)} where it needs this plan's margins ({shares} of "
+                         "that load).")
     else:
         most = solve(free, "compose/what-if-no-budget", "theta")
         solves += 1
@@ -84,8 +103,19 @@ def analyse(ir: Problem, t: ComposeTables, sol: ComposeSolution, binding: tuple[
         if more is not None:
             marginals.append(_marginal("availability", o, f"+{human.plural(nodes, 'node')} of {o} "
                                        f"({human.plural(nodes * g, 'GPU')})", None, more.theta - sol.theta, total, sol.theta))
-    return WhatItWouldTake(full_demand_price_per_hour=full_price, max_scale_without_budget=max_scale,
+    return WhatItWouldTake(full_demand_price_per_hour=full_price, full_demand_floor_per_hour=floor_price,
+                           max_scale_without_budget=max_scale,
                            marginals=tuple(marginals), solves=solves, text=tuple(lines))
+
+
+def _shares_text(factors: tuple[tuple[str, float], ...]) -> str:
+    """'chat 56.9%, rag 80%'; workloads at one share counted, not listed ('3000 workloads 48.8%'): a
+    spec of thousands of workloads keeps a one-line sentence."""
+    by: dict[float, list[str]] = {}
+    for w, f in sorted(factors):
+        by.setdefault(f, []).append(w)
+    return ", ".join((ws[0] if len(ws) == 1 else f"{len(ws)} workloads ({ws[0]}, ...)") + " " + human.percent(f)
+                     for f, ws in sorted(by.items()))
 
 
 def _marginal(kind: str, subject: str | None, step: str, per_hour: float | None, delta: float, total: float,

@@ -157,8 +157,11 @@ class WhatItWouldTake(Frozen):
     """compose's what-if re-solves: the budget that serves the whole demand, and marginal values."""
 
     full_demand_price_per_hour: Annotated[float | None, Field(
-        description="least $/h of a plan that meets every workload rate (min-cost re-solve without the budget); "
-                    "None when availability cannot meet it")] = None
+        description="least $/h of a plan that meets every workload rate (min-cost re-solve without the budget) "
+                    "at this plan's tail factors; None when availability cannot meet it")] = None
+    full_demand_floor_per_hour: Annotated[float | None, Field(
+        description="the same re-solve at tail factor 1 (the tail model's load), when this plan's verification "
+                    "left a factor below 1 and that lowers the price: no verified plan of full demand costs less")] = None
     max_scale_without_budget: Annotated[float | None, Field(
         description="theta the offered GPUs reach with no budget (when they cannot meet every rate)")] = None
     marginals: tuple[Marginal, ...] = ()
