@@ -133,6 +133,10 @@ def compile_table(
             replicas[spec.id] = ReplicaState(spec, limits)
 
     models: dict[str, ModelRoute] = {}
+    # classes with the same candidates and weights share one picker: a smooth WRR is exact over a
+    # window of its own picks, and a class of a few requests an hour never completes one (its first
+    # ten picks give a 4%-weight replica one of them); shared, 3,000 such classes are one sequence
+    shared: dict[tuple, Picker] = {}
     for m in table.models:
         classes = []
         for c in m.classes:
@@ -151,7 +155,10 @@ def compile_table(
                 if cands:
                     log.warning("class %s/%s has no positive weight; spreading it evenly", m.name, c.name)
             policy = policy_override or c.policy or table.policy
-            picker = make_picker(policy, [r for r, _ in cands], [w for _, w in cands], high_water=high_water, theta=theta)
+            key = (policy, tuple(r.id for r, _ in cands), tuple(w for _, w in cands))
+            if (picker := shared.get(key)) is None:
+                picker = shared[key] = make_picker(policy, [r for r, _ in cands], [w for _, w in cands],
+                                                   high_water=high_water, theta=theta)
             classes.append(ClassRoute(c.name, c.match, c.input_tokens, c.output_tokens, policy, picker))
         models[m.name] = ModelRoute(m.name, tuple(classes), tuple(c.match for c in classes))
 

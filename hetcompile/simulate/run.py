@@ -165,10 +165,12 @@ def replay(plan: PlanDoc, arrivals: list[Arrival], duration: float) -> tuple[lis
         s.measure_until = duration
     ids = [s.id for s in sims]
     pickers: dict[str, tuple[SmoothWRR, list[str]]] = {}
+    shared: dict[tuple, SmoothWRR] = {}  # one sequence per weight vector, as the router shares it (router/table.py)
     for w, weights in plan.routing.items():
         reps = sorted((r for r, x in weights.items() if x > 0 and r in ids))
         if reps:
-            pickers[w] = (SmoothWRR([weights[r] for r in reps]), reps)
+            key = (tuple(reps), tuple(weights[r] for r in reps))
+            pickers[w] = (shared.setdefault(key, SmoothWRR(list(key[1]))), reps)
     driver = Driver(sims)
     requests: list[Request] = []
     unrouted = sorted({a.workload for a in arrivals if a.workload not in pickers})

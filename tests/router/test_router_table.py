@@ -40,6 +40,18 @@ def test_candidates_exclude_zero_weight_and_null_endpoints_are_unroutable():
     assert {picker.choose(1, 1, 1, None)[0].id for _ in range(10)} == {"a"}
 
 
+def test_classes_of_one_weight_vector_share_one_sequence():
+    # 300 classes of a few requests each, weights 0.32 x 3 and 0.04: alone, each class's first picks
+    # would give the small replica one request in ten (smooth WRR is exact only over its own window)
+    weights = {"a": 0.32, "b": 0.32, "c": 0.32, "d": 0.04}
+    d = table([replica(r, f"http://127.0.0.1:{i + 1}") for i, r in enumerate(weights)],
+              models={"tiny": [klass(f"c{k:03d}", weights) for k in range(300)] + [klass("other", {"a": 0.5, "b": 0.5})]})
+    classes = compile_table(rt(d)).models["tiny"].classes
+    assert len({id(c.picker) for c in classes[:300]}) == 1 and classes[300].picker is not classes[0].picker
+    picks = [c.picker.choose(1, 1, 1, None)[0].id for _ in range(3) for c in classes[:300]]
+    assert picks.count("d") / len(picks) == pytest.approx(0.04, abs=0.005)
+
+
 def test_class_without_positive_weight_spreads_over_the_model():
     d = table(
         [replica("a", "http://127.0.0.1:1"), replica("b", "http://127.0.0.1:2")],
