@@ -1,8 +1,10 @@
 """The router's own Prometheus metrics, in the text exposition format (version 0.0.4).
 
-Hand-written to keep dependencies small: counters, gauges and histograms keyed by a tuple of
-label values. Updating one is a dict lookup and an add on the hot path; rendering happens only
-when /metrics is scraped. Per-replica gauges (in flight, KV usage, health) are not stored:
+Hand-written, not on prometheus_client: counters, gauges and histograms keyed by a tuple of
+label values. Updating one is a dict lookup and an add on the hot path (0.14 us a counter, 0.22 us
+a histogram); prometheus_client's labelled updates take a lock and build a child (2.6 and 1.7 us),
+8 us more per request, 4% of the 200 us of router CPU a request gets at 5,000 req/s
+(`python bench/metrics_cost.py`). Rendering happens only when /metrics is scraped. Per-replica gauges (in flight, KV usage, health) are not stored:
 they are read from the live table at scrape time.
 
 Histograms follow the format: cumulative `_bucket{le=...}` series ending in `le="+Inf"`,
