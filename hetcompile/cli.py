@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, cast
 
 import typer
 from rich.console import Console
@@ -113,6 +113,7 @@ def build(
             live.close()
     if not quiet:
         t = totals(res.ir)  # the plan's totals, without building plan.json a second time
+        assert res.ir.replicas is not None  # a built plan has them
         num = lambda x: human.number(x, 6)  # noqa: E731
         out.print(
             f"plan {res.ir.name}: {human.plural(len(res.ir.replicas), 'replica')} on {human.plural(t.gpus, 'GPU')}, "
@@ -184,7 +185,7 @@ def explain(
 
     from hetcompile.explain import explain_plan, read_plan
     from hetcompile.migrate.planner import plan_diff
-    from hetcompile.explain.render import FORMATS, render_diff, render_explanation, rich_renderables
+    from hetcompile.explain.render import FORMATS, Format, render_diff, render_explanation, rich_renderables
     from hetcompile.errors import did_you_mean
 
     try:
@@ -192,15 +193,16 @@ def explain(
             close = did_you_mean(fmt, FORMATS)
             raise HetcompileError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}",
                                   hint=f"did you mean {close!r}?" if close else None)
+        form = cast(Format, fmt)  # one of FORMATS
         old_plan = read_plan(plan)
         old_exp = explain_plan(old_plan)
         if new is None:
             from hetcompile.explain.simulation import with_simulation
 
-            result = with_simulation(render_explanation(old_exp, fmt), plan, fmt)  # + OUT/simulation.json
+            result = with_simulation(render_explanation(old_exp, form), plan, fmt)  # + OUT/simulation.json
         else:
             new_plan = read_plan(new)
-            result = render_diff(plan_diff(old_plan, new_plan), fmt, old_exp, explain_plan(new_plan))
+            result = render_diff(plan_diff(old_plan, new_plan), form, old_exp, explain_plan(new_plan))
     except HetcompileError as exc:
         _fail(exc)
         return
@@ -276,6 +278,7 @@ def deploy(
             _dry_run(d.rollout, f"deploy {d.rollout.new_plan} ({base})", timeout_s)
             return
         if not d.router_up and any(a.kind in ("route", "drain") for a in d.rollout.actions):
+            assert src is not None  # not a dry run: set by the preflight above
             pf.router_wheel(base, src)
         pf.ensure_secrets(base, env)
     except HetcompileError as exc:

@@ -13,6 +13,7 @@ from hetcompile.ir.problem import Problem
 
 
 def context(ir: Problem) -> dict:
+    assert ir.replicas is not None and ir.nodes is not None  # a built plan has them
     reps = [
         {"id": r.id, "cluster": cluster_name(ir, r.id), "nodes": len(r.stages), "group": r.mixed,
          "env": f"HC_ENDPOINT_{r.id.upper()}"}
@@ -32,6 +33,7 @@ def context(ir: Problem) -> dict:
 
 
 def _template(ir: Problem, kind: str) -> str:
+    assert ir.replicas is not None  # a built plan has them
     return f"{kind}_groups.sh.j2" if any(r.mixed for r in ir.replicas) else f"{kind}.sh.j2"
 
 

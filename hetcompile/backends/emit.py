@@ -25,6 +25,7 @@ def artifacts(ir: Problem, pictures: Pictures | None = None) -> dict[str, str]:
     """Relative path -> file text, for every artifact; pure, so tests can compare without disk.
     `pictures` (explain/pictures.py, passed in by the CLI: backends sit below explain) adds the
     Mermaid diagram to plan.md and the SVG charts it links."""
+    assert ir.replicas is not None and ir.routing is not None  # a built plan has them
     plan = plan_dict(ir)
     text = dumps_json(plan)
     # pictures read the plan as written (rounded), as `hetcompile explain` of plan.json would

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from hetcompile.plan.canon import canon
 from hetcompile.backends.templating import render
 from hetcompile.plan import human
@@ -16,12 +18,12 @@ def _f(x: object) -> str:
     return str(x)
 
 
-def _f2(x: object) -> str:
+def _f2(x: float | None) -> str:
     """Dollars (per hour) in a $/h column: cents, or two significant digits below a cent."""
     return "-" if x is None else human.money(float(x))[1:-2]
 
 
-def _pct(x: object) -> str:
+def _pct(x: float | None) -> str:
     return human.percent(x)
 
 
@@ -40,6 +42,6 @@ def summary(plan: dict) -> str:
 
 def plan_md(plan: dict, pictures: str = "") -> str:
     """`pictures`: a markdown block (explain/pictures.py) placed after the summary and what binds."""
-    p = canon(plan)
+    p = cast(dict, canon(plan))  # canon keeps a dict a dict
     return render("plan.md.j2", p=p, t=p["totals"], summary=summary(p), f=_f, f2=_f2, pct=_pct, n=human.plural,
                   money=human.money, pictures=pictures)

@@ -72,6 +72,7 @@ def stage_task_name(rank: int) -> str:
 
 def job_group(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:
     """A mixed replica as a multi-document Job Group YAML (see the module docstring)."""
+    assert ir.nodes is not None  # a built plan has them
     nodes = {n.id: n for n in ir.nodes}
     clouds = {nodes[s.node].cloud for s in r.stages}
     if clouds != {"kubernetes"}:
@@ -108,6 +109,7 @@ def job_group(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:
 def replica_task(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:
     if r.mixed:
         return job_group(ir, r, scripts)
+    assert ir.nodes is not None  # a built plan has them
     first = r.stages[0]
     node = next(n for n in ir.nodes if n.id == first.node)
     offer = ir.offer(node.offer)
@@ -133,6 +135,7 @@ def replica_task(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:
 
 def router_task(ir: Problem) -> str:
     # the router sits where most replicas are, to keep the common hop short
+    assert ir.nodes is not None  # a built plan has them
     regions: dict[tuple[str, str], int] = {}
     for n in ir.nodes:
         regions[(n.cloud, n.region)] = regions.get((n.cloud, n.region), 0) + 1

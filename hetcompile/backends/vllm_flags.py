@@ -80,7 +80,7 @@ class _Flag:
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, _Flag]:
-    raw = json.loads(resources.files("hetcompile").joinpath("data", _TABLE_FILE).read_text())
+    raw = json.loads(resources.files("hetcompile").joinpath("data").joinpath(_TABLE_FILE).read_text())
     table: dict[str, _Flag] = {}
     for action in raw["actions"]:
         if not action["options"]:

@@ -45,18 +45,21 @@ def solver_version() -> str:
 
 
 def replica_price_per_s(ir: Problem, r: Replica) -> float:
+    assert ir.nodes is not None  # a built plan has them
     nodes = {n.id: n for n in ir.nodes}
     return sum(nodes[s.node].price_per_s for s in r.stages)
 
 
 def workload_rates(ir: Problem) -> dict[str, float]:
     """Requests/s the plan serves per workload: theta * lambda_w."""
+    assert ir.composition is not None  # a built plan has them
     scale = ir.composition.scale
     return {w.name: scale * w.demand for w in ir.workloads}
 
 
 def achieved(ir: Problem, price_per_hour: float) -> float | None:
     """The emitted plan's objective value, in the unit of OBJECTIVE_UNIT."""
+    assert ir.composition is not None  # a built plan has them
     theta = ir.composition.scale
     if ir.objective == "min-cost":
         return price_per_hour
@@ -79,6 +82,7 @@ def proven_bound(ir: Problem) -> tuple[float | None, str]:
 
 
 def totals(ir: Problem) -> Totals:
+    assert ir.composition is not None and ir.nodes is not None  # a built plan has them
     rates = workload_rates(ir)
     ws = {w.name: w for w in ir.workloads}
     prompt = sum(v * ws[w].input_tokens for w, v in rates.items())
@@ -130,6 +134,7 @@ class PlannedTails:
     and a workload on it is judged at rho_r x h_{r,w}, the same utilization of that workload alone."""
 
     def __init__(self, ir: Problem, routing: dict[str, dict[str, float]], served: dict[str, float]) -> None:
+        assert ir.replicas is not None  # a built plan has them
         self.ir, self.routing = ir, routing
         self.ws = {w.name: w for w in ir.workloads}
         self.rho: dict[str, float] = {}
@@ -183,6 +188,7 @@ class PlannedTails:
         """The workload's q-quantiles over all its requests: the router sends share s_r of them to
         replica r, so P(T > t) = sum_r s_r P_r(T > t), with P_r from each replica's quantiles (the
         tail model at its planned load on P_GRID); solved for P(T > t) = 1 - q (mixture_quantile)."""
+        assert self.ir.replicas is not None  # a built plan has them
         weights = self.routing.get(w, {})
         total = sum(weights.values())
         routed = [(weights[r.id] / total, r) for r in self.ir.replicas
@@ -225,12 +231,14 @@ def simulated_tail(ir: Problem, w: str, predicted: TailLatency | None) -> TailLa
 
 def next_replica(ir: Problem) -> int:
     """One past the highest replica number this plan or its predecessors used (ids are never reused)."""
+    assert ir.replicas is not None  # a built plan has them
     used = [int(r.id[1:]) for r in ir.replicas if r.id[:1] == "r" and r.id[1:].isdigit()]
     prev = ir.previous.next_replica if ir.previous is not None else 0
     return max([prev, *(u + 1 for u in used)])
 
 
 def plan_doc(ir: Problem) -> PlanDoc:
+    assert ir.composition is not None and ir.nodes is not None and ir.replicas is not None and ir.routing is not None  # a built plan has them
     served = workload_rates(ir)
     routing: dict[str, dict[str, float]] = {}
     for m in ir.routing.models:

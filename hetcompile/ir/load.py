@@ -12,6 +12,7 @@ import typing
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from hetcompile.errors import Span, SpecError, did_you_mean
 from hetcompile.ir.spec import MeasuredProfile, Spec
@@ -67,7 +68,7 @@ def _clean_loc(loc: tuple, data: object) -> tuple:
     return tuple(out)
 
 
-def _describe(err: dict) -> str:
+def _describe(err: ErrorDetails) -> str:
     msg = str(err.get("msg", "invalid value"))
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
@@ -163,8 +164,8 @@ class _Shifted(SourceMap):
         super().__init__(file=base.file, lines=base.lines, values=base.values, keys=base.keys)
         self._prefix = prefix
 
-    def value(self, path):  # type: ignore[override]
+    def value(self, path: tuple) -> Span | None:
         return super().value(self._prefix + tuple(path))
 
-    def key(self, path):  # type: ignore[override]
+    def key(self, path: tuple) -> Span | None:
         return super().key(self._prefix + tuple(path))

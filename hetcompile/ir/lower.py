@@ -65,8 +65,9 @@ def _resolve_gpu(name: str, user: dict[str, GpuType], smap: SourceMap, path: tup
         return found
     known = sorted({*catalog.gpu_names(), *(g.name for g in user.values())})
     guess = did_you_mean(name, [*known, *catalog.all_gpu_spellings()])
+    hit = catalog.lookup_gpu(guess) if guess else None
     raise SpecError(
-        f"unknown GPU {name!r}" + (f"; did you mean {catalog.lookup_gpu(guess).name if catalog.lookup_gpu(guess) else guess!r}?" if guess else ""),
+        f"unknown GPU {name!r}" + (f"; did you mean {hit.name if hit else guess!r}?" if guess else ""),
         smap.value(path),
         hint=f"known GPUs: {', '.join(known)}; or define it under `gpus:` (memory, fp16_tflops, bandwidth)",
     )
@@ -165,6 +166,11 @@ def _models(spec: Spec, smap: SourceMap) -> tuple[Model, ...]:
     return tuple(sorted(out, key=lambda x: x.name))
 
 
+def _all_given(values: list[float | None]) -> list[float] | None:
+    """The values when every one is given (and not 0), else None."""
+    return [v for v in values if v] if all(values) else None
+
+
 def _workloads(spec: Spec, smap: SourceMap, models: set[str]) -> tuple[Workload, ...]:
     names: set[str] = set()
     for i, w in enumerate(spec.workloads):
@@ -179,14 +185,18 @@ def _workloads(spec: Spec, smap: SourceMap, models: set[str]) -> tuple[Workload,
             raise SpecError(f"workload {w.name!r} is listed twice", smap.value(("workloads", i, "name")))
         names.add(w.name)
     ws = spec.workloads
-    if spec.objective == "min-makespan" and all(w.requests for w in ws):
-        kind, demand = "requests", [w.requests for w in ws]
-    elif all(w.rate for w in ws):
-        kind, demand = "rate", [w.rate for w in ws]
-    elif all(w.share for w in ws):
-        kind, demand = "share", [w.share for w in ws]
-    elif all(w.requests for w in ws):
-        kind, demand = "requests", [w.requests for w in ws]
+    requests = _all_given([w.requests for w in ws])
+    rates = _all_given([w.rate for w in ws])
+    shares = _all_given([w.share for w in ws])
+    demand: list[float]
+    if spec.objective == "min-makespan" and requests is not None:
+        kind, demand = "requests", requests
+    elif rates is not None:
+        kind, demand = "rate", rates
+    elif shares is not None:
+        kind, demand = "share", shares
+    elif requests is not None:
+        kind, demand = "requests", requests
     elif not any(w.rate or w.share or w.requests for w in ws):
         kind, demand = "share", [1.0] * len(ws)
     else:
@@ -222,7 +232,8 @@ def _offers(spec: Spec, smap: SourceMap, user: dict[str, GpuType],
             warnings: list[str] | None = None) -> tuple[tuple[Offer, ...], tuple[GpuType, ...]]:
     """The spec's offers in IR form; a default (catalog) price adds a located line to `warnings`."""
     warnings = [] if warnings is None else warnings
-    offers, used = [], {}
+    offers: list[Offer] = []
+    used: dict[str, GpuType] = {}
     regions = set()
     for ri, r in enumerate(spec.regions):
         if r.name in regions:
@@ -289,8 +300,8 @@ def _links(spec: Spec, smap: SourceMap) -> tuple[Link, ...]:
     out = []
     for ai, a in enumerate(names):
         for b in names[ai:]:
-            l = override.get((a, b)) or (spec.network.intra_region if a == b else spec.network.inter_region)
-            out.append(Link(a=a, b=b, bandwidth=l.bandwidth, latency=l.latency))
+            link = override.get((a, b)) or (spec.network.intra_region if a == b else spec.network.inter_region)
+            out.append(Link(a=a, b=b, bandwidth=link.bandwidth, latency=link.latency))
     return tuple(out)
 
 
@@ -308,8 +319,9 @@ def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: d
             entries.append((p, smap, ("profiles", i)))
     out = []
     for p, psmap, path in entries:
-        if p.model not in models and (served or {}).get(p.model) in models:
-            p = p.model_copy(update={"model": served[p.model]})
+        spec_name = (served or {}).get(p.model)  # the model whose served_name the profile gives
+        if p.model not in models and spec_name in models:
+            p = p.model_copy(update={"model": spec_name})
         if p.model not in models:
             guess = did_you_mean(p.model, sorted(models | set(served or {})))
             raise SpecError(f"profile for unknown model {p.model!r}" + (f"; did you mean {guess!r}?" if guess else ""),
@@ -424,7 +436,9 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
                          {m.served_name: m.name for m in models if m.served_name != m.name})
     for m in measured:
         if m.gpu not in {g.name for g in gpus}:
-            gpus = tuple(sorted([*gpus, user.get(m.gpu.lower()) or catalog.lookup_gpu(m.gpu)], key=lambda g: g.name))
+            gpu = user.get(m.gpu.lower()) or catalog.lookup_gpu(m.gpu)
+            assert gpu is not None  # _measured resolved m.gpu to one of these
+            gpus = tuple(sorted([*gpus, gpu], key=lambda g: g.name))
     s, e = spec.solver, spec.engine
     return Problem(
         name=spec.name,

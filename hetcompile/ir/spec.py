@@ -13,8 +13,10 @@ per hour for the whole plan.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Annotated, Callable, Literal
 
+from annotated_types import GroupedMetadata
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION, DEFAULT_TTFT_SLOWDOWN
@@ -29,8 +31,19 @@ def _schema(example: str) -> WithJsonSchema:
     return WithJsonSchema({**_UNIT_SCHEMA, "examples": [example]})
 
 
+class _Unit(GroupedMetadata):
+    """A unit type's validator and JSON schema as one `Annotated` item (pydantic unpacks it), so that
+    `Bytes = Annotated[float, _unit(...)]` is a type alias a type checker reads as float."""
+
+    def __init__(self, *metadata: object) -> None:
+        self.metadata = metadata
+
+    def __iter__(self) -> Iterator[object]:
+        return iter(self.metadata)
+
+
 def _unit(parse: Callable[[object], float], what: str, example: str, *, gt: float | None = None,
-          ge: float | None = None, lt: float | None = None, le: float | None = None) -> object:
+          ge: float | None = None, lt: float | None = None, le: float | None = None) -> _Unit:
     """A unit type that carries its bounds: parse leniently, then refuse NaN, infinities and values
     out of range with the user's own text ("rate must be > 0, got -3/s"), so `validate` and `build`
     stop at the same line and column and no pass ever sees such a number."""
@@ -49,25 +62,26 @@ def _unit(parse: Callable[[object], float], what: str, example: str, *, gt: floa
     bounds = {k: v for k, v in (("exclusiveMinimum", gt), ("minimum", ge), ("exclusiveMaximum", lt),
                                 ("maximum", le)) if v is not None}
     schema = {"anyOf": [{"type": "number", **bounds}, {"type": "string"}], "examples": [example]}
-    return Annotated[float, BeforeValidator(check), WithJsonSchema(schema)]
+    return _Unit(BeforeValidator(check), WithJsonSchema(schema))
 
 
-Bytes = _unit(units.parse_bytes, "a size", "80GB", gt=0)
-Bandwidth = _unit(units.parse_bandwidth, "a bandwidth", "10Gbps", gt=0)
-Latency = _unit(units.parse_duration, "a latency", "1ms", ge=0)
-Duration = _unit(units.parse_duration, "a duration", "150ms", gt=0)
-LatencyTarget = _unit(units.parse_latency_target, "a latency target", "80ms", gt=0)
-StepTime = _unit(units.parse_duration, "a step time", "0.4ms", ge=0)
-PricePerHour = _unit(units.parse_price_per_hour, "a price", "$2.99/h", ge=0)
-Rate = _unit(units.parse_rate, "a rate", "4/s", gt=0)
-MeasuredRate = _unit(units.parse_rate, "a measured rate", "2.4/s", ge=0)
-Share = _unit(units.parse_fraction, "a share", "70%", gt=0, le=1)
-Gap = _unit(units.parse_fraction, "a gap", "1%", ge=0, lt=1)
-Fraction = _unit(units.parse_fraction, "a fraction", "1%", ge=0, le=1)
+Bytes = Annotated[float, _unit(units.parse_bytes, "a size", "80GB", gt=0)]
+Bandwidth = Annotated[float, _unit(units.parse_bandwidth, "a bandwidth", "10Gbps", gt=0)]
+Latency = Annotated[float, _unit(units.parse_duration, "a latency", "1ms", ge=0)]
+Duration = Annotated[float, _unit(units.parse_duration, "a duration", "150ms", gt=0)]
+LatencyTarget = Annotated[float, _unit(units.parse_latency_target, "a latency target", "80ms", gt=0)]
+StepTime = Annotated[float, _unit(units.parse_duration, "a step time", "0.4ms", ge=0)]
+PricePerHour = Annotated[float, _unit(units.parse_price_per_hour, "a price", "$2.99/h", ge=0)]
+Rate = Annotated[float, _unit(units.parse_rate, "a rate", "4/s", gt=0)]
+MeasuredRate = Annotated[float, _unit(units.parse_rate, "a measured rate", "2.4/s", ge=0)]
+Share = Annotated[float, _unit(units.parse_fraction, "a share", "70%", gt=0, le=1)]
+Gap = Annotated[float, _unit(units.parse_fraction, "a gap", "1%", ge=0, lt=1)]
+Fraction = Annotated[float, _unit(units.parse_fraction, "a fraction", "1%", ge=0, le=1)]
 # Hetis's selection threshold: a GPU stays out of a replica when removing it raises the dense cost
 # by less than delta, so delta < 1 (100% would leave out every GPU that does not double the speed)
-Delta = _unit(units.parse_fraction, "placement delta (Hetis's selection threshold; 5% is its default, 0 keeps every GPU)",
-              "5%", ge=0, lt=1)
+Delta = Annotated[float, _unit(
+    units.parse_fraction, "placement delta (Hetis's selection threshold; 5% is its default, 0 keeps every GPU)", "5%", ge=0, lt=1,
+)]
 
 # Upper bounds of counts: far above any real deployment, low enough that no pass overflows a
 # solver's int32 or builds an absurd table from a typo.

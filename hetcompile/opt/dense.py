@@ -85,6 +85,6 @@ def small_lp(c: np.ndarray, A_ub: np.ndarray, b_ub: np.ndarray, col_hi: np.ndarr
     b = np.asarray(b_ub, dtype=float)
     hi = np.broadcast_to(np.asarray(col_hi, dtype=float), (n,))
     res = small_milp(-c, A, np.full(len(b), -np.inf), b, np.zeros(n), hi, np.zeros(n, dtype=bool), time_limit_s=time_limit_s)
-    if res.x is None:
+    if res.x is None or res.objective is None:  # both or neither
         return res
     return SmallResult(res.x, -res.objective, res.optimal, None if res.duals is None else -res.duals, res.timed_out)

@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TextIO
 
 import pyomo.environ as pyo
 from pyomo.contrib.appsi.base import TerminationCondition
@@ -105,6 +105,7 @@ def _report_progress(highs, options: SolverOptions, name: str) -> Callable[[], N
     is written with sys.stderr pointed at a duplicate of the real stderr taken before the solve;
     a stderr with no file descriptor (a test runner's buffer) is used as it is. Returns the
     function that closes the duplicate after the solve."""
+    real: TextIO
     try:
         real = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
         close = real.close
@@ -186,7 +187,10 @@ def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_s
         res.solution_loader.load_vars()
     if bound is not None and not math.isfinite(bound):
         bound = None
-    limit = {TerminationCondition.maxTimeLimit: "time", TerminationCondition.maxIterations: "nodes"}.get(tc)
+    limits: dict[TerminationCondition, Literal["time", "nodes"]] = {
+        TerminationCondition.maxTimeLimit: "time", TerminationCondition.maxIterations: "nodes",
+    }
+    limit = limits.get(tc)
     return SolveResult(
         name=name,
         status=status,

@@ -20,7 +20,7 @@ where this file changes (tests/test_pipeline.py pins schemas/plan.schema.json).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
@@ -29,7 +29,7 @@ from hetcompile.names import Name, NodeId, PlanName, ReplicaId
 from hetcompile.perf.stepmodel import ReplicaModel
 from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION
 
-PLAN_FORMAT = "hetcompile-plan/1"
+PLAN_FORMAT: Final = "hetcompile-plan/1"
 
 # what an SLO's targets hold for (perf/tail.py's PERCENTILES)
 Percentile = Literal["p50", "p90", "p95", "p99"]

@@ -130,7 +130,8 @@ async def _one_request(session: aiohttp.ClientSession, base: str, model: str, p:
         "stream_options": {"include_usage": True},
     }
     start = time.perf_counter()
-    first = last = None
+    first: float | None = None
+    last = start  # the latest chunk's time: set with `first`, read only once `first` is
     tokens = None
     try:
         resp = await session.post(f"{base}/v1/completions", json=body)
