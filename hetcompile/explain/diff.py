@@ -137,13 +137,13 @@ def match(old: PlanDoc, new: PlanDoc) -> tuple[list[tuple[PlanReplica, PlanRepli
             if n.id not in used_n:
                 free[key(new, n)].append(n)
         for o in olds:
-            n = next((n for n in free.get(key(old, o), ()) if same_engine(o, n)), None) if o.id not in used_o else None
-            if n is None:
+            match = next((n for n in free.get(key(old, o), ()) if same_engine(o, n)), None) if o.id not in used_o else None
+            if match is None:
                 continue
-            free[key(old, o)].remove(n)
+            free[key(old, o)].remove(match)
             used_o.add(o.id)
-            used_n.add(n.id)
-            untouched.append((o, n, relabel or o.id != n.id))
+            used_n.add(match.id)
+            untouched.append((o, match, relabel or o.id != match.id))
 
     pair_by(lambda p, r: (deploy_key(p, r), node_ids(r)), False)
     pair_by(deploy_key, True)

@@ -296,6 +296,18 @@ class Unit(Frozen):
             raise ValueError("a unit names an old or a new replica")
         return self
 
+    def id_on(self, side: str) -> str:
+        """Its replica id in the `side` ('old' or 'new') plan: a unit run or routed on a side has one."""
+        rid = self.old if side == "old" else self.new
+        if rid is None:
+            raise ValueError(f"{self.label} has no replica in the {side} plan")
+        return rid
+
+    @property
+    def home(self) -> tuple[str, str]:
+        """(side, replica id) it runs as: the old replica while there is one, else the new one."""
+        return ("old", self.old) if self.old is not None else ("new", self.id_on("new"))
+
     @property
     def label(self) -> str:
         if self.old is None:

@@ -29,7 +29,7 @@ from hetcompile.explain.model import Migration, Routed, Unit
 from hetcompile.errors import HetcompileError
 from hetcompile.plan.doc import PlanDoc
 from hetcompile.plan.routing import ReplicaWeight, RoutedReplica, RoutingTable
-from hetcompile.migrate.planner import Plans, State, apply, plan_migration
+from hetcompile.migrate.planner import Plans, State, apply, plan_migration, unit_of
 
 ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
 # the secrets every replica and the router task take by name (values from the environment)
@@ -79,6 +79,20 @@ class Action:
     leaving: tuple[str, ...] = ()  # route / drain: table ids a later step tears down (may be gone on a re-run)
     rid: str | None = None  # launch / restart: the new plan's replica id (deploy records its task hash)
 
+    @property
+    def on(self) -> str:
+        """The cluster a launch, teardown, restart or drain acts on."""
+        if self.cluster is None:
+            raise ValueError(f"step {self.index}: {self.kind} names no cluster")
+        return self.cluster
+
+    @property
+    def routing(self) -> RoutingTable:
+        """The table a route or drain step serves."""
+        if self.table is None:
+            raise ValueError(f"step {self.index}: {self.kind} carries no routing table")
+        return self.table
+
 
 @dataclass(frozen=True)
 class Rollout:
@@ -120,6 +134,8 @@ def _port(task: dict, path: str) -> int:
     if isinstance(ports, list):
         ports = ports[0] if ports else None
     try:
+        if not isinstance(ports, (int, float, str)):
+            raise TypeError(ports)
         return int(ports)
     except (TypeError, ValueError):
         raise RolloutError(f"{path}: no single resources.ports to reach the server on") from None
@@ -139,22 +155,23 @@ def plan_names(old: PlanDoc, new: PlanDoc) -> Names:
 
 
 def target(old: PlanDoc, new: PlanDoc, u: Unit, old_dir: Path, new_dir: Path, names: Names | None = None) -> Target:
-    side, d, rid = ("old", old_dir, u.old) if u.old is not None else ("new", new_dir, u.new)
+    side, rid = u.home
+    d = old_dir if side == "old" else new_dir
     cluster = (names or plan_names(old, new))(side, rid)
     return Target(cluster=cluster, side=side, rid=rid, port=_port(_task(d, rid), f"{d}/sky/{rid}.yaml"))
 
 
 def routed_table(rows: tuple[Routed, ...], old_rt: RoutingTable, new_rt: RoutingTable) -> tuple[RoutingTable, dict[str, Unit]]:
     """The routing table serving `rows`, and which unit each of its replica ids is."""
-    new_ids = {r.unit.new for r in rows if r.mix == "new"}
+    new_ids = {r.unit.id_on("new") for r in rows if r.mix == "new"}
     if all(r.mix == "new" for r in rows) and new_ids == {x.id for x in new_rt.replicas}:
-        return new_rt, {r.unit.new: r.unit for r in rows}
+        return new_rt, {r.unit.id_on("new"): r.unit for r in rows}
     specs = {"old": {x.id: x for x in old_rt.replicas}, "new": {x.id: x for x in new_rt.replicas}}
     reps: list[RoutedReplica] = []
     ids: dict[str, Unit] = {}
     weights: dict[tuple[str, str], list[ReplicaWeight]] = {}
     for r in rows:
-        rid = r.unit.new if r.mix == "new" else r.unit.old
+        rid = r.unit.id_on(r.mix)
         tid = rid if r.mix == "new" or rid not in new_ids else f"old-{rid}"
         spec = specs[r.mix][rid].model_copy(update={"id": tid, "endpoint": None})
         reps.append(spec)
@@ -240,10 +257,10 @@ def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: 
 
     before = clusters(state)
     for s in mig.steps:
-        u = s.unit
-        state_before, state = state, apply(state, p, s)
+        state_before, state = state, apply(state, p, s)  # a launch, teardown or restart names its unit
         after = clusters(state)
         if s.action in ("launch", "teardown"):
+            u = unit_of(s)
             t = tgt(u)
             if s.action == "launch":
                 if t.cluster in clusters(state_before):
@@ -257,7 +274,7 @@ def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: 
             actions.append(Action(s.index, s.action, s.text, t.cluster, argv, running=after, port=t.port,
                                   rid=t.rid if s.action == "launch" else None))
         elif s.action == "restart":
-            t = tgt(u)
+            t = tgt(unit_of(s))
             argv = ("sky", "exec", t.cluster, f"sky/{t.rid}.yaml", "-d", *_secret_args(new_dir, t.rid))
             actions.append(Action(s.index, "restart", s.text, t.cluster, argv, stop=("sky", "cancel", "-y", "-a", t.cluster),
                                   running=after, port=t.port, rid=t.rid))
@@ -268,9 +285,9 @@ def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: 
             for tid, unit in sorted(ids.items(), key=lambda kv: natural_key(kv[0])):
                 t = tgt(unit)
                 eps.append((tid, t.cluster, t.port))
-            tu = tgt(u) if u is not None else None
+            tu = tgt(s.unit) if s.unit is not None else None
             cluster = tu.cluster if tu is not None else None
-            later = {tgt(x.unit).cluster for x in mig.steps if x.index > s.index and x.action == "teardown"}
+            later = {tgt(unit_of(x)).cluster for x in mig.steps if x.index > s.index and x.action == "teardown"}
             actions.append(Action(s.index, s.action, s.text, cluster, table=table, endpoints=tuple(eps), running=after,
                                   final=table is new_rt, leaving=tuple(t for t, c, _ in eps if c in later),
                                   port=tu.port if tu is not None and s.action == "drain" else 0))
@@ -278,5 +295,5 @@ def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: 
     return Rollout(old_dir=old_dir, new_dir=new_dir, old_plan=old.plan, new_plan=new.plan, migration=mig,
                    router_cluster=router_cluster, router_port=router_port, actions=tuple(actions),
                    reload_task=reload_task(old.plan, router_port, workdir), notes=notes, running=before,
-                   incoming=tuple(a.cluster for a in actions if a.kind == "launch"), work=work,
+                   incoming=tuple(a.cluster for a in actions if a.kind == "launch" and a.cluster is not None), work=work,
                    secrets_dir=secrets_dir, command=command, key_extra=key_extra)

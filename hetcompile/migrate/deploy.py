@@ -105,7 +105,7 @@ def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
 
     # new clusters: keep one already launched with this hash; else the plain name unless it runs
     taken = set(status) | set(old_cluster.values())
-    restarted = {s.unit.new: old_cluster[s.replaces.old] for s in mig.steps
+    restarted = {s.unit.id_on("new"): old_cluster[s.replaces.id_on("old")] for s in mig.steps
                  if s.action == "restart" and s.unit is not None and s.replaces is not None}
     clusters: dict[str, str] = {}
     for rid, h in hashes.items():
@@ -191,7 +191,7 @@ def recorder(d: Deployment):
             rec.clusters[a.cluster] = {"replica": ROUTER}
         elif a.kind in ("launch", "restart") and a.cluster is not None:  # a restart: the cluster now runs the new task
             rid = a.rid or by_cluster.get(a.cluster)
-            rec.clusters[a.cluster] = {"replica": rid, "hash": d.hashes.get(rid)}
+            rec.clusters[a.cluster] = {"replica": rid, "hash": d.hashes.get(rid) if rid is not None else None}
         elif a.kind == "teardown" and a.cluster is not None:
             rec.clusters.pop(a.cluster, None)
         else:

@@ -33,6 +33,7 @@ and restarted with the gap stated (migrate and deploy refuse gaps unless told) o
 from __future__ import annotations
 
 from hetcompile.plan import human
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hetcompile.plan.canon import natural_key
@@ -121,22 +122,30 @@ class State:
         return tuple(rows)
 
 
+def unit_of(step: Step) -> Unit:
+    """The replica a launch, drain, restart or teardown step acts on (MigrationError if it names none)."""
+    if step.unit is None:
+        raise MigrationError(f"step {step.index}: {step.action} names no replica")
+    return step.unit
+
+
 def apply(state: State, p: Plans, step: Step) -> State:
     """The state after `step`, or MigrationError when the step cannot be carried out."""
     running, routed = list(state.running), dict(state.routed)
-    u = step.unit
-    if step.action == "launch":
-        if u in running:
-            raise MigrationError(f"step {step.index}: {u.label} is already running")
-        p.side(u)  # raises KeyError for an unknown replica
-        running.append(u)
-    elif step.action == "route":
+    if step.action == "route":
         routed = {}
         for r in step.routed:
             if r.unit not in running:
                 raise MigrationError(f"step {step.index}: routes to {r.unit.label}, which is not running")
             p.mix(r.unit, r.mix)
             routed[r.unit] = r.mix
+        return State(running, routed)
+    u = unit_of(step)
+    if step.action == "launch":
+        if u in running:
+            raise MigrationError(f"step {step.index}: {u.label} is already running")
+        p.side(u)  # raises KeyError for an unknown replica
+        running.append(u)
     elif step.action == "drain":
         if u not in running:
             raise MigrationError(f"step {step.index}: drains {u.label}, which is not running")
@@ -207,7 +216,7 @@ class Planner:
     """Builds the steps (module docstring); one instance per migration."""
 
     def __init__(self, p: Plans, keep: list[Unit], outgoing: list[Unit], incoming: list[Unit],
-                 restartable: list[tuple[Unit, Unit]] = ()):
+                 restartable: Sequence[tuple[Unit, Unit]] = ()):
         self.p, self.keep, self.outgoing, self.incoming = p, keep, list(outgoing), list(incoming)
         self.restartable = list(restartable)  # (old unit, new unit) on the same machines
         self.restart_steps: set[int] = set()  # drain and restart steps of in-place restarts
@@ -334,7 +343,7 @@ class Planner:
         together = self.state.running + self.incoming
         ok, short = self.fits(together)
         price = State(together, {}).price(self.p)
-        if self.ceiling is not None:
+        if self.ceiling is not None and self.budget is not None:  # one is set when the other is
             verdict = "fits" if "$" not in short else "exceeds it: rolling replacement, one replica at a time"
             self.checks.append(
                 f"budget: old and new side by side cost {money(price)}; the ceiling is {money(self.ceiling)} "
@@ -355,8 +364,10 @@ class Planner:
             return "side-by-side"
         pending, leaving = list(self.incoming), list(self.outgoing)
         while pending:
-            u = next((x for x in pending if self.fits(self.state.running + [x])[0]), None)
-            if u is None:
+            fit = next((x for x in pending if self.fits(self.state.running + [x])[0]), None)
+            if fit is not None:
+                u = fit
+            else:
                 short = self.fits(self.state.running + [pending[0]])[1]
                 v = self.victim(short, pending[0], leaving)
                 if v is not None:

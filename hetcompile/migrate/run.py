@@ -165,7 +165,7 @@ class Runner:
         return problems
 
     def launch(self, a: Action) -> str:
-        st = self.listed(a.cluster)
+        st = self.listed(a.on)
         if st == "UP":
             how = "already UP, not relaunched"
         else:
@@ -178,7 +178,7 @@ class Runner:
         return f"{how}, healthy"
 
     def healthy(self, a: Action) -> None:
-        url = self.endpoint(a.cluster, a.port) + "/health"
+        url = self.endpoint(a.on, a.port) + "/health"
         t0 = time.monotonic()
         while not self.probe(url):
             if time.monotonic() - t0 >= self.health_timeout:
@@ -189,7 +189,7 @@ class Runner:
     def restart(self, a: Action) -> str:
         """Stop the cluster's jobs (the drained old vLLM), run the new task on it, wait for health.
         A re-run after a failure does both again: cancelling nothing and starting the task again is safe."""
-        if self.listed(a.cluster) != "UP":
+        if self.listed(a.on) != "UP":
             raise StepFailed(f"{a.cluster} is not UP (sky status): nothing to restart in place; "
                              "rebuild with --previous or tear it down and deploy")
         for argv, what in ((a.stop, "stop"), (a.argv, "start")):
@@ -207,7 +207,7 @@ class Runner:
                 gone.add(tid)
                 continue
             eps[tid] = self.endpoint(c, port)
-        table = a.table
+        table = a.routing
         if gone:
             models = tuple(m.model_copy(update={"classes": tuple(
                 c.model_copy(update={"weights": tuple(w for w in c.weights if w.replica not in gone)}) for c in m.classes)})
@@ -271,7 +271,7 @@ class Runner:
             waited += step
 
     def teardown(self, a: Action) -> str:
-        if self.listed(a.cluster) is None:
+        if self.listed(a.on) is None:
             return "already down"
         if self.sky(*a.argv[1:]).returncode != 0:
             raise StepFailed(f"`{' '.join(a.argv)}` failed; {a.cluster} may still be running and billing")
@@ -326,8 +326,8 @@ class Runner:
                     results = list(pool.map(lambda a: self.step(a, n), todo))
             failures = [(a, why) for a, why in zip(todo, results) if why is not None]
             if failures:
-                ok = {a.cluster for a, why in zip(todo, results) if why is None and a.kind == "launch"}
-                gone = {a.cluster for a, why in zip(todo, results) if why is None and a.kind == "teardown"}
+                ok = {a.on for a, why in zip(todo, results) if why is None and a.kind == "launch"}
+                gone = {a.on for a, why in zip(todo, results) if why is None and a.kind == "teardown"}
                 now = tuple(sorted((set(running) | ok) - gone))
                 self.failed(failures[0][0], failures[0][1], now)
                 return 1

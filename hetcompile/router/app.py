@@ -147,6 +147,12 @@ class Router:
         self.metrics.table_info.values = {(t.source.plan, t.source.spec_hash): 1.0}
         return t
 
+    def pool(self) -> UpstreamPool:
+        """The upstream connections of a started router (the proxy asks for them per request)."""
+        if self.upstream is None:
+            raise RuntimeError("the router has not started")
+        return self.upstream
+
     def reload_now(self) -> RouteTable:
         """Re-read the table file and swap it in; raises `RouterError` and keeps the old one."""
         try:
@@ -249,7 +255,7 @@ def build_app(router: Router) -> web.Application:
     """The aiohttp application of `router`; its startup opens the client session and polling."""
     app = web.Application(client_max_size=router.options.max_body_bytes)
     o = router.options
-    proxy = Proxy(metrics=router.metrics, table=lambda: router.table, upstream=lambda: router.upstream,
+    proxy = Proxy(metrics=router.metrics, table=lambda: router.table, upstream=router.pool,
                   read_timeout=o.read_timeout, max_retries=o.max_retries, retry_backoff=o.retry_backoff,
                   fail_threshold=o.fail_threshold, auth_token=router.auth_token)
 
@@ -368,8 +374,8 @@ def serve(
         try:
             import uvloop  # optional: a faster event loop when installed
         except ImportError:
-            uvloop = None
-        if uvloop is not None:
+            pass
+        else:
             return uvloop.run(_serve(router, host, port))
     asyncio.run(_serve(router, host, port))
 

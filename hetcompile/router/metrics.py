@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
@@ -140,11 +141,14 @@ class Histogram(_Metric):
         return out
 
 
+M = TypeVar("M", bound=_Metric)
+
+
 class Registry:
     def __init__(self) -> None:
         self.metrics: list[_Metric] = []
 
-    def add(self, m: _Metric) -> _Metric:
+    def add(self, m: M) -> M:
         if any(x.name == m.name for x in self.metrics):
             raise ValueError(f"duplicate metric {m.name}")
         self.metrics.append(m)

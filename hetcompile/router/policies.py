@@ -145,7 +145,7 @@ class Picker:
 
     __slots__ = ("replicas", "weights")
 
-    def __init__(self, replicas: Sequence["ReplicaState"], weights: Sequence[float]):
+    def __init__(self, replicas: Sequence["ReplicaState"], weights: Sequence[float], **_: float):
         self.replicas = tuple(replicas)
         self.weights = tuple(weights)
 

@@ -293,7 +293,9 @@ class Proxy:
         t0 = time.perf_counter()
         first_byte = first_byte_deadline(replica, stream, max_tokens, self.read_timeout)
         try:
-            up = await self.upstream().request(replica.conn_key, head, body, timeout=first_byte)
+            key = replica.conn_key
+            assert key is not None  # a routable replica has an endpoint, so a connection key
+            up = await self.upstream().request(key, head, body, timeout=first_byte)
         except ReadTimeout:
             raise _Retry("first_byte_timeout", f"no response within {first_byte:g} s") from None
         except _UPSTREAM_ERRORS as e:

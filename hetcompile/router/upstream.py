@@ -370,8 +370,7 @@ class Response:
             if self._exc is not None:
                 raise self._exc
             if self._paused:
-                self._paused = False
-                self._conn.transport.resume_reading()
+                self._resume()
             await self._wait()
         parts = self._parts
         self._parts = []
@@ -390,9 +389,14 @@ class Response:
         self._parts = []
         self._buffered = 0
         if self._paused:
-            self._paused = False
-            self._conn.transport.resume_reading()
+            self._resume()
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _resume(self) -> None:
+        """Lift the pause of a full buffer (only ever set with a transport: see the pause)."""
+        self._paused = False
+        if (t := self._conn.transport) is not None:
+            t.resume_reading()
 
     def release(self) -> None:
         """Done with it: a complete keep-alive response returns its connection to the pool."""
@@ -403,7 +407,7 @@ class Response:
         conn.resp = None
         if self._done and self._keep_alive and self._exc is None and not conn.closed:
             if self._paused:
-                conn.transport.resume_reading()
+                self._resume()
             conn.pool._put(conn)
         else:
             conn.close()
