@@ -589,15 +589,15 @@ class Compose(Pass):
             notes += churn_notes(ir, t, sol, run)
         binding = binding_constraints(ir, t, sol)
         what_if = None
+        explain = run.explainer()  # the what-if's and alternatives' re-solves, under their work budget
         if compose_whatif.applies(ir):
-            explain = run.explainer()
             what_if = compose_whatif.analyse(ir, t, sol, binding, lambda tt, name, obj: _solve(tt, explain, name, obj)[1])
             binding = compose_whatif.bindings_from_marginals(
                 binding, what_if, sol.cost * 3600, t.budget * 3600 if t.budget is not None else None)
         alternatives = None
         if compose_alternatives.applies(ir):
             alternatives = compose_alternatives.analyse(
-                ir, t, sol, lambda tt, name, obj, **kw: _solve(tt, run.explainer(), name, obj, **kw)[1],
+                ir, t, sol, lambda tt, name, obj, **kw: _solve(tt, explain, name, obj, **kw)[1],
                 what_if.full_demand_price_per_hour if what_if is not None else None)
         comp = Composition(
             counts=tuple((c, n) for c, n in sorted(sol.y.items()) if n > 0),

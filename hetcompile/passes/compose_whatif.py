@@ -109,7 +109,7 @@ def analyse(ir: Problem, t: ComposeTables, sol: ComposeSolution, binding: tuple[
 
 
 def _shares_text(factors: tuple[tuple[str, float], ...]) -> str:
-    """'chat 56.9%, rag 80%'; workloads at one share counted, not listed ('3000 workloads 48.8%'): a
+    """'chat 56.9%, rag 80%'; workloads at one share counted, not listed ('3000 workloads (chat0000, ...) 48.8%'): a
     spec of thousands of workloads keeps a one-line sentence."""
     by: dict[float, list[str]] = {}
     for w, f in sorted(factors):
