@@ -163,6 +163,38 @@ def test_compose_with_no_shape_that_fits_says_what_binds() -> None:
         Compose().run(ir, CTX)
 
 
+# -- what-if --------------------------------------------------------------------------------------
+
+def test_what_if_re_solves_around_compose_s_plan_and_never_reports_less_than_it() -> None:
+    """compose writes no what-if (it ran per verification round before); the what-if pass, on the
+    composed IR alone, prices all demand, states the budget step's marginal, and the frontier
+    holds this plan. A re-solve stopped at one branch-and-bound node still starts from the plan:
+    no marginal is negative."""
+    from hetcompile.passes.compose import Compose
+    from hetcompile.passes.what_if import WhatIf
+
+    composed = Compose().run(_shapes_only(_ir(), {"L4", "A100"}), CTX)
+    assert composed.composition.what_if is None and composed.composition.alternatives is None
+    assert dict(composed.composition.composed.counts) == dict(composed.composition.counts)
+    out = WhatIf().run(composed, CTX)
+    w, alts = out.composition.what_if, out.composition.alternatives
+    assert w.full_demand_price_per_hour > 0 and w.text
+    assert [m.kind for m in w.marginals][:1] == ["budget"] and all(m.scale_delta >= 0 for m in w.marginals)
+    assert any(p.this_plan for p in alts.frontier) and alts.runners_up
+    assert out.reports[-1].name == "what-if" and "re-solves" in out.reports[-1].notes[0]
+    tiny = WhatIf().run(composed, PassContext(solver=SolverOptions(node_limit=1)))
+    assert all(m.scale_delta >= 0 for m in tiny.composition.what_if.marginals)
+
+
+def test_what_if_skips_a_min_cost_plan_and_says_why() -> None:
+    from hetcompile.passes.what_if import WhatIf
+
+    ir = _ir().model_copy(update={"objective": "min-cost", "composition": Composition(
+        counts=(), rates=(), scale=1.0, objective="min-cost", binding=())})
+    out = WhatIf().run(ir, CTX)
+    assert out.composition.what_if is None and out.reports[-1].status == "skipped"
+
+
 # -- verify ----------------------------------------------------------------------------------------
 
 def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_plan_that_held(monkeypatch) -> None:

@@ -18,8 +18,8 @@ QUICKSTART = ROOT / "examples/quickstart/spec.yaml"
 def test_registry_keys_are_pass_names():
     for key, cls in get_all_passes().items():
         assert key == cls.name
-    assert [p.name for p in default_pipeline()] == ["profile", "compose", "prune", "place", "parallelize", "route", "verify"]
-    assert [p.name for p in default_pipeline(verify=False)] == ["profile", "compose", "prune", "place", "parallelize", "route"]
+    assert [p.name for p in default_pipeline()] == ["profile", "compose", "prune", "place", "parallelize", "route", "verify", "what-if"]
+    assert [p.name for p in default_pipeline(verify=False)] == ["profile", "compose", "prune", "place", "parallelize", "route", "what-if"]
 
 
 def test_verify_is_a_pass_that_can_be_stopped_after_and_switched_off():

@@ -194,6 +194,15 @@ class Shape(Frozen):
 
 
 
+class Composed(Frozen):
+    """compose's own solution (y, r, theta) before place replaces counts, rates and scale with what
+    the placed replicas serve: the what-if pass re-solves the composition MILP around it."""
+
+    counts: tuple[tuple[str, int], ...] = Field(description="shape id -> y_c, the shapes compose buys")
+    rates: tuple[tuple[str, str, float], ...] = Field(description="(shape, workload, r_{c,w} req/s over all copies)")
+    scale: Annotated[float, Field(description="theta: multiple of the demand mix served")]
+
+
 class Composition(Frozen):
     """compose: how many replicas of each shape, and what share of each workload they take."""
 
@@ -204,6 +213,7 @@ class Composition(Frozen):
     binding: tuple[Binding, ...] = Field(description="constraints that bind the plan")
     what_if: Annotated[WhatItWouldTake | None, Field(description="what more budget or GPUs would buy")] = None
     alternatives: Annotated[Alternatives | None, Field(description="the frontier and runners-up compose weighed")] = None
+    composed: Annotated[Composed | None, Field(description="compose's solution as it chose it (the what-if pass)")] = None
 
 
 class Node(Frozen):

@@ -10,14 +10,16 @@ from hetcompile.passes.profile import Profile
 from hetcompile.passes.prune import Prune
 from hetcompile.passes.route import Route
 from hetcompile.passes.verify import Verify
+from hetcompile.passes.what_if import WhatIf
 
 
 def get_all_passes() -> dict[str, type[Pass]]:
     """Every pass by name (a test checks each key equals the pass's `name`)."""
-    return {p.name: p for p in (Profile, Compose, Prune, Place, Parallelize, Route, Verify)}
+    return {p.name: p for p in (Profile, Compose, Prune, Place, Parallelize, Route, Verify, WhatIf)}
 
 
 def default_pipeline(verify: bool = True) -> tuple[Pass, ...]:
-    """The seven passes; `verify=False` (`hetcompile build --no-verify`) leaves out the simulation
-    that checks the plan's targets, for a quick look at a plan (it says it was not verified)."""
-    return (Profile(), Compose(), Prune(), Place(), Parallelize(), Route(), *((Verify(),) if verify else ()))
+    """The eight passes; `verify=False` (`hetcompile build --no-verify`) leaves out the simulation
+    that checks the plan's targets, for a quick look at a plan (it says it was not verified). The
+    what-if comes last: it explains the plan verification kept, once (passes/what_if.py)."""
+    return (Profile(), Compose(), Prune(), Place(), Parallelize(), Route(), *((Verify(),) if verify else ()), WhatIf())

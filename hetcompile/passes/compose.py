@@ -25,9 +25,8 @@ from dataclasses import dataclass, field, replace
 
 from hetcompile.plan import human
 from hetcompile.errors import InfeasibleError
-from hetcompile.ir.problem import Composition, PassReport, Problem
+from hetcompile.ir.problem import Composed, Composition, PassReport, Problem
 from hetcompile.plan.doc import Binding
-from hetcompile.passes import compose_alternatives, compose_whatif
 from hetcompile.passes.profile import tp_degrees as profile_tp_degrees
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes.compose_model import (
@@ -364,10 +363,22 @@ class SolveLog:
         return out
 
 
-def _solve(t: ComposeTables, opts: SolveLog, name: str, objective: str, **kw) -> tuple[SolveResult, ComposeSolution | None]:
+def solve_composition(t: ComposeTables, opts: SolveLog, name: str, objective: str, start: ComposeSolution | None = None,
+           **kw) -> tuple[SolveResult, ComposeSolution | None]:
+    """One composition MILP. `start`: a plan known to be feasible for this one (the plan itself for a
+    what-if that only adds budget or nodes, the frontier point's first stage for its cheapest plan),
+    handed to HiGHS as its replica counts y: a re-solve stopped at its work budget never reports less
+    than the plan it started from, and branch and bound starts with an incumbent instead of searching
+    for one. compose's own second stage does not start from its first: on bench/data/scale1072.yaml it
+    would reach its gap in 37 s instead of stopping at the 120 s cap, but among the plans of equal cost
+    and theta it picks another split of the rates, and llama70b-pp's verification, which sits at the
+    edge of its chat SLO, then ends infeasible."""
     merged, groups = merge_alike(t)  # copies of one kind of workload: one row in the MILP
     model = build_model(merged, objective, **kw)
-    res = solve(model, opts.options, name=name)
+    if start is not None:
+        for c in merged.shapes:
+            model.y[c].value = start.y.get(c, 0)
+    res = solve(model, opts.options, name=name, warm_start=start is not None)
     opts.results.append(res)
     if opts.explains:
         opts.explaining.add(name)
@@ -378,7 +389,7 @@ def _solve(t: ComposeTables, opts: SolveLog, name: str, objective: str, **kw) ->
 
 
 def _max_theta(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResult, ComposeSolution]:
-    res, sol = _solve(t, opts, "compose/max-theta", "theta")
+    res, sol = solve_composition(t, opts, "compose/max-theta", "theta")
     if sol is None:
         raise InfeasibleError(f"the composition MILP found no plan ({res.status})", hint="see `hetcompile validate` output")
     if sol.theta <= 0:
@@ -393,7 +404,7 @@ def _max_theta(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResu
     # second stage: the cheapest plan that keeps theta (ties in theta otherwise pick arbitrary extras)
     # and, when replanning, no more churn than the first stage chose
     churn_max = float(sol.churn) if t.previous is not None else None
-    res2, sol2 = _solve(t, opts, "compose/min-cost-at-theta", "cost", theta_min=sol.theta * THETA_KEEP, churn_max=churn_max)
+    res2, sol2 = solve_composition(t, opts, "compose/min-cost-at-theta", "cost", theta_min=sol.theta * THETA_KEEP, churn_max=churn_max)
     return res, (sol2 if sol2 is not None else sol)
 
 
@@ -405,7 +416,7 @@ def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveRes
     notes: list[str] = []
     # GPUs that cost nothing (owned, or offered at $0/h) make the ratio unbounded wherever they serve
     if any(t.owned.values()) or any(p <= 0 for p in t.price.values()):
-        res0, free = _solve(replace(t, budget=0.0), opts, "compose/free-only", "theta")
+        res0, free = solve_composition(replace(t, budget=0.0), opts, "compose/free-only", "theta")
         if free is not None and free.theta > 1e-9:
             res, paid = _max_theta(ir, t, opts)
             what = "owned GPUs" if not any(p <= 0 for p in t.price.values()) else "GPUs at $0/h (owned or priced 0)"
@@ -422,14 +433,14 @@ def _dinkelbach(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveRes
     q = sol.theta / sol.cost
     last = res
     for it in range(30):
-        r2, s2 = _solve(t, opts, f"compose/dinkelbach-{it}", "dinkelbach", q=q)
+        r2, s2 = solve_composition(t, opts, f"compose/dinkelbach-{it}", "dinkelbach", q=q)
         last = r2
         if s2 is None or s2.cost <= 0 or s2.theta / s2.cost <= q * (1 + 1e-9):
             notes.append(f"dinkelbach converged after {it + 1} solves at {human.number(q / 3600, 6)} x demand per $/h")
             break
         res, sol, q = r2, s2, s2.theta / s2.cost
     # every k copies of the most efficient replicas share the ratio q*: take the largest such plan
-    r3, s3 = _solve(t, opts, "compose/max-theta-at-ratio", "theta", ratio_min=q * RATIO_KEEP)
+    r3, s3 = solve_composition(t, opts, "compose/max-theta-at-ratio", "theta", ratio_min=q * RATIO_KEEP)
     if s3 is not None and s3.cost > 0 and s3.theta / s3.cost >= q * RATIO_KEEP * (1 - 1e-9):
         sol = s3
     # upper bound on the ratio from the last subproblem: theta_hat - q_hat cost <= b for every plan,
@@ -467,9 +478,9 @@ def churn_notes(ir: Problem, t: ComposeTables, sol: ComposeSolution, opts: Solve
     """What stability cost: the same solve without the churn term, for comparison."""
     free = replace(t, previous=None, churn_weight=0.0, removed=0)
     if ir.objective == "min-cost":
-        _, best = _solve(free, opts, "compose/min-cost-no-churn", "cost")
+        _, best = solve_composition(free, opts, "compose/min-cost-no-churn", "cost")
     else:
-        _, best = _solve(free, opts, "compose/max-theta-no-churn", "theta")
+        _, best = solve_composition(free, opts, "compose/max-theta-no-churn", "theta")
     kept = sum(min(sol.y.get(c, 0), n) for c, n in (t.previous or {}).items())
     total = sum((t.previous or {}).values()) + t.removed
     assert ir.previous is not None  # t.previous comes from it
@@ -537,7 +548,7 @@ def slo_budget_error(ir: Problem, t: ComposeTables, run: SolveLog, theta: float)
     slo = [w for w in ir.workloads if w.ttft_slo is not None or w.tpot_slo is not None]
     if not slo or t.budget is None:
         return
-    _, free = _solve(replace(t, budget=None), run, "compose/min-cost-without-budget", "cost")
+    _, free = solve_composition(replace(t, budget=None), run, "compose/min-cost-without-budget", "cost")
     w = slo[0]
     need = f"; meeting them costs {_per_h(free.cost)}" if free is not None else ""
     raise InfeasibleError(
@@ -560,7 +571,7 @@ class Compose(Pass):
         notes: list[str] = [f"{len(t.shapes)} candidate shapes, {len(t.offers)} offers, {len(t.workloads)} workloads"]
         run = SolveLog(ctx.solver)
         if ir.objective == "min-cost":
-            res, sol = _solve(t, run, "compose/min-cost", "cost")
+            res, sol = solve_composition(t, run, "compose/min-cost", "cost")
             if sol is None:
                 best_res, best = _max_theta(ir, t, run) if res.status == "infeasible" else (res, None)
                 if best is not None:
@@ -587,27 +598,14 @@ class Compose(Pass):
             sol, idle = drop_idle(sol, t)
             notes += idle
             notes += churn_notes(ir, t, sol, run)
-        binding = binding_constraints(ir, t, sol)
-        what_if = None
-        explain = run.explainer()  # the what-if's and alternatives' re-solves, under their work budget
-        if compose_whatif.applies(ir):
-            what_if = compose_whatif.analyse(ir, t, sol, binding, lambda tt, name, obj: _solve(tt, explain, name, obj)[1])
-            binding = compose_whatif.bindings_from_marginals(
-                binding, what_if, sol.cost * 3600, t.budget * 3600 if t.budget is not None else None)
-        alternatives = None
-        if compose_alternatives.applies(ir):
-            alternatives = compose_alternatives.analyse(
-                ir, t, sol, lambda tt, name, obj, **kw: _solve(tt, explain, name, obj, **kw)[1],
-                what_if.full_demand_price_per_hour if what_if is not None else None)
         comp = Composition(
             counts=tuple((c, n) for c, n in sorted(sol.y.items()) if n > 0),
             rates=tuple((c, w, round(v, 9)) for (c, w), v in sorted(sol.r.items()) if v > 1e-9 and sol.y[c] > 0),
             scale=sol.theta,
             objective=ir.objective,
-            binding=binding,
-            what_if=what_if,
-            alternatives=alternatives,
+            binding=binding_constraints(ir, t, sol),
         )
+        comp = comp.model_copy(update={"composed": Composed(counts=comp.counts, rates=comp.rates, scale=comp.scale)})
         notes += run.notes()
         objective, bound = reported_objective(ir, t, res, ratio if ir.objective == "max-throughput-per-dollar" else None)
         report = PassReport(

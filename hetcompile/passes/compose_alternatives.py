@@ -41,7 +41,7 @@ def _best(t: ComposeTables, solve: Solver, name: str) -> ComposeSolution | None:
     first = solve(t, name, "theta")
     if first is None or first.theta <= 0:
         return first
-    second = solve(t, name + "/cost", "cost", theta_min=first.theta * THETA_KEEP)
+    second = solve(t, name + "/cost", "cost", start=first, theta_min=first.theta * THETA_KEEP)
     return second or first
 
 

@@ -34,7 +34,8 @@ from hetcompile.passes.compose_model import ComposeSolution, ComposeTables, solu
 MAX_OFFERS = 4  # availability re-solves per build: keeps the extra build time bounded
 GAIN = 1e-5  # a theta gain below this share of theta is solver noise, not a constraint that binds
 
-Solver = Callable[[ComposeTables, str, str], ComposeSolution | None]  # (tables, name, objective) -> solution
+Solver = Callable[..., ComposeSolution | None]  # (tables, name, objective, start=None) -> solution; `start` is a plan
+                                                # feasible for the re-solve (more budget or nodes keep this plan)
 
 
 def applies(ir: Problem) -> bool:
@@ -77,7 +78,7 @@ def analyse(ir: Problem, t: ComposeTables, sol: ComposeSolution, binding: tuple[
                          f"model's load, {human.money(full_price)} where it needs this plan's margins ({shares} of "
                          "that load).")
     else:
-        most = solve(free, "compose/what-if-no-budget", "theta")
+        most = solve(free, "compose/what-if-no-budget", "theta", start=sol)
         solves += 1
         max_scale = most.theta if most is not None else None
         lines.append("No budget serves 100% of the demand: the offered GPUs reach "
@@ -86,7 +87,7 @@ def analyse(ir: Problem, t: ComposeTables, sol: ComposeSolution, binding: tuple[
     if t.budget is not None:
         cheapest = min((solution_cost({c: 1}, t) for c in t.shapes if solution_cost({c: 1}, t) > 0), default=0.0)
         step = max(1.0 / 3600, cheapest)
-        more = solve(replace(t, budget=t.budget + step), "compose/what-if-budget", "theta")
+        more = solve(replace(t, budget=t.budget + step), "compose/what-if-budget", "theta", start=sol)
         solves += 1
         if more is not None:
             marginals.append(_marginal("budget", None, f"+{human.money(step * 3600)} budget", step * 3600,
@@ -98,7 +99,8 @@ def analyse(ir: Problem, t: ComposeTables, sol: ComposeSolution, binding: tuple[
         need = min((t.shape_gpus[c] for c in t.shapes if t.shape_offer[c] == o and sol.y.get(c, 0) > 0),
                    default=g)
         nodes = -(-need // g)
-        more = solve(replace(t, avail={**t.avail, o: t.avail[o] + nodes * g}), f"compose/what-if-{o}", "theta")
+        more = solve(replace(t, avail={**t.avail, o: t.avail[o] + nodes * g}), f"compose/what-if-{o}", "theta",
+                     start=sol)
         solves += 1
         if more is not None:
             marginals.append(_marginal("availability", o, f"+{human.plural(nodes, 'node')} of {o} "
