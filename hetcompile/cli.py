@@ -146,6 +146,9 @@ def build(
         elif no_verify:
             out.print("  not verified: built with --no-verify (the SLOs and queueing bounds are the tail model's, unsimulated)",
                       markup=False)
+        elif (skipped := next((p for p in res.ir.reports if p.name == "verify" and p.status == "skipped"), None)) \
+                and skipped.notes and skipped.notes[0].startswith("not simulated"):
+            out.print(f"  not verified: {skipped.notes[0][len('not simulated: '):]}", markup=False)
         compose = next((p for p in res.ir.reports if p.name == "compose"), None)
         for note in compose.notes if compose and previous is not None else ():
             if note.startswith(("replanning", "stability")):

@@ -220,6 +220,7 @@ def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_pla
 
     monkeypatch.setattr(vp, "plan_doc", lambda ir: ir.tail_factors)
     monkeypatch.setattr(vp.replay, "verify", replay_at)
+    monkeypatch.setattr(vp.replay, "beyond_budget", lambda plan: None)
 
     def replan(update: dict) -> Problem:
         asked.append(update["tail_factors"])
@@ -232,6 +233,26 @@ def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_pla
     assert out.tail_factors == (("chat", 0.8),) and out.verification.rounds == 2
     assert out.reports[-1].name == "verify" and out.reports[-1].status == "met"
     assert "chat planned at 80% of the tail model's load" in out.reports[-1].notes
+
+
+def test_verify_does_not_replay_a_plan_beyond_its_work_budget_and_says_what_it_would_take(monkeypatch) -> None:
+    """A plan whose settling warm-up alone exceeds half the work budget (scale1072: 4,925 req/s) is
+    not replayed: every request of a window that starts before the fleet settles would miss, and
+    each round would replan for nothing. The quickstart's plan with the budget cut to 100 requests."""
+    from hetcompile.passes import verify as vp
+    from hetcompile.plan.io import read_plan_doc
+    from hetcompile.simulate import verify as sv
+
+    plan = read_plan_doc(ROOT / "tests/golden/quickstart/plan.json", "plan")
+    assert sv.beyond_budget(plan) is None
+    monkeypatch.setattr(sv, "VERIFY_MAX_REQUESTS", 100)
+    needed, settle = sv.beyond_budget(plan)
+    assert needed > 100 * 10 and settle > 0
+    monkeypatch.setattr(vp, "plan_doc", lambda ir: plan)
+    monkeypatch.setattr(vp.replay, "verify", lambda *a, **k: pytest.fail("replayed a plan beyond the work budget"))
+    out = vp.Verify().run(_ir(), CTX)
+    assert out.reports[-1].status == "skipped" and out.verification is None
+    assert out.reports[-1].notes[0].startswith("not simulated") and f"{needed:,} requests" in out.reports[-1].notes[0]
 
 
 # -- place -----------------------------------------------------------------------------------------

@@ -9,6 +9,9 @@ which the profile pass multiplies into every shape's planned capacity) at which 
     held at lo, missed at hi f_w <- (lo + hi) / 2  while hi - lo > BISECT_TOLERANCE x hi, else lo
 
 re-running the passes before it (the manager's `ctx.replan`) for each new f, at most MAX_ROUNDS plans.
+A plan too large to replay within the work budget (simulate/verify.beyond_budget: its settling
+warm-up alone would take more than half of it) is not simulated: the pass says so, with the
+requests a replay would need, and plan.md marks the targets unchecked.
 Latency is steep in load, so one ratio step overshoots; the bisection takes back what it overshot.
 The result is the last plan whose every target held. If none held: an SLO missed (or a tightened
 plan that no longer fits) is an error at the SLO's line with what would meet it; only queueing bounds
@@ -55,6 +58,14 @@ class Verify(Pass):
         best: Problem | None = None
         slo: list[Miss] = []
         max_rounds = replay.MAX_ROUNDS
+        big = replay.beyond_budget(plan_doc(ir))
+        if big is not None:
+            needed, settle = big
+            note = (f"not simulated: at its planned load the plan settles in {settle:.0f} s, so a replay needs "
+                    f"{needed:,} requests, above the work budget of {replay.VERIFY_MAX_REQUESTS:,}; its SLOs and queueing "
+                    "bounds are the tail model's, unchecked")
+            ctx.log(f"verify: {note}")
+            return add_report(ir, PassReport(name=self.name, status="skipped", time_s=0.0, notes=(note,)))
         for rounds in range(1, max_rounds + 1):
             start = time.perf_counter()
             docs, ws, misses = replay.verify(plan_doc(ir), workers=int(ctx.options.get("verify_workers", 1)))

@@ -14,7 +14,9 @@ time. Only the part of the plan the targeted workloads' latencies depend on is r
                 replica's relaxation time, and at least LIFETIMES x the longest predicted request
                 lifetime, so the queues and batches have settled before the measurement starts
     work      : at most VERIFY_MAX_REQUESTS / R arrivals per replication; a longer run shrinks the
-                window first
+                window first. A plan whose settling warm-up alone takes more than half of that
+                (`beyond_budget`: thousands of req/s over a fleet of hundreds of replicas) is not
+                replayed: the build says what a replay would need, and its targets stay unchecked
 
 Targets per workload (`Targets`): its SLO (TTFT and TPOT at its percentile q_w) or, without one,
 the queueing bound (perf/tail.py's default_ttft_bound): p99 TTFT <= max_ttft_slowdown x TTFT_idle,
@@ -67,7 +69,7 @@ from hetcompile.plan.doc import PlanDoc, Verification, VerifiedWorkload
 from hetcompile.simulate.doc import SimulationDoc
 from hetcompile.simulate.engine import Request
 from hetcompile.simulate.run import by_workload, measured, replay, steady_arrivals, summarize, tpot_of, ttft_of, within
-from hetcompile.simulate.tail import requests_for_quantile, settling
+from hetcompile.simulate.tail import LIFETIMES, lifetime_s, requests_for_quantile, settling
 
 REPLICATIONS = 4
 T_95 = 2.353  # one-sided 95% Student t quantile with REPLICATIONS - 1 = 3 degrees of freedom
@@ -159,18 +161,43 @@ def planned_warmup(plan: PlanDoc) -> float:
     return settling(plan, {w.name: w.served_requests_per_s for w in plan.workloads})[0]
 
 
+def _sizes(plan: PlanDoc, ts: list[Targets]) -> tuple[float, float, float, float]:
+    """(measured window, settling warm-up, work cap, total rate) of a replay of the plan: seconds,
+    seconds, seconds of arrivals the work budget allows per replication, req/s (module docstring)."""
+    served = {w.name: w.served_requests_per_s for w in plan.workloads}
+    window = max(max(VERIFY_REQUESTS, 2 * requests_for_quantile(t.q)) / (REPLICATIONS * served[t.workload]) for t in ts)
+    total = sum(served.values())
+    return window, planned_warmup(plan), VERIFY_MAX_REQUESTS / (REPLICATIONS * total), total
+
+
 def run_length(plan: PlanDoc, ts: list[Targets]) -> tuple[float, float]:
     """(duration, warm-up) of the verification run (module docstring); (0, 0): nothing to verify."""
     if not ts:
         return 0.0, 0.0
-    served = {w.name: w.served_requests_per_s for w in plan.workloads}
-    window = max(max(VERIFY_REQUESTS, 2 * requests_for_quantile(t.q)) / (REPLICATIONS * served[t.workload]) for t in ts)
-    total = sum(served.values())
-    warmup = planned_warmup(plan)
-    cap = VERIFY_MAX_REQUESTS / (REPLICATIONS * total)
+    window, warmup, cap, _ = _sizes(plan, ts)
     if math.isinf(warmup) or warmup > cap / 2:
         warmup = cap / 2  # a queue that never settles shows up as a miss anyway
     return min(warmup + window, cap), warmup
+
+
+def beyond_budget(plan: PlanDoc) -> tuple[int, float] | None:
+    """(requests a replay that settles needs, the settling time in s) when the plan's targeted part
+    cannot be verified within the work budget: half of the VERIFY_MAX_REQUESTS the replications may
+    simulate does not last LIFETIMES request lifetimes at the planned rate, so the window would
+    measure a fleet still filling up and its requests would miss for that alone
+    (bench/data/scale1072.yaml: 4,925 req/s, settling in 511 s, 2.5M requests per replication; the
+    budget left 1 s of warm-up, and every workload missed in each of 5 rounds). A part near
+    saturation, whose relaxation time alone exceeds the budget (cost-efficiency-appc), is still
+    replayed on the warm-up the budget allows, as an overloaded one is: a miss there is real.
+    None when it can be verified."""
+    ts = targets(plan)
+    if not ts:
+        return None
+    part = part_of(plan, {t.workload for t in ts})
+    window, warmup, cap, total = _sizes(part, ts)
+    if cap / 2 >= LIFETIMES * lifetime_s(part):
+        return None
+    return int(math.ceil(REPLICATIONS * total * (warmup + window))), warmup
 
 
 def share_outside_ucb(outside: list[list[bool]]) -> float:
