@@ -235,6 +235,40 @@ def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_pla
     assert "chat planned at 80% of the tail model's load" in out.reports[-1].notes
 
 
+def test_verify_keeps_the_last_plan_whose_slos_held_when_a_queueing_bound_never_does(monkeypatch) -> None:
+    """chat's SLO holds at shares <= 0.8 of the tail model's load; long's queueing bound misses at
+    every share (it shares chat's replicas). No plan meets every target, and the last round misses
+    chat: the result is the round-2 plan, where chat held, with long's bound unmet, not an error."""
+    from hetcompile.passes import verify as vp
+    from hetcompile.plan.doc import VerifiedWorkload
+    from hetcompile.simulate.doc import SimulationDoc
+    from hetcompile.simulate.verify import Miss
+
+    base = _ir()
+
+    def replay_at(factors: tuple, workers: int = 1) -> tuple:
+        f = dict(factors).get("chat", 1.0)
+        ws = [VerifiedWorkload(name="chat", target="slo", percentile="p99", ttft_target_s=2.0, tpot_target_s=0.1,
+                               ttft_s=1.0, tpot_s=0.1 * f / 0.8, p99_ttft_s=1.0, p99_tpot_s=0.1 * f / 0.8,
+                               attainment=0.995 if f <= 0.8 else 0.9, met=f <= 0.8, factor=1.0),
+              VerifiedWorkload(name="long", target="queueing", percentile="p99", ttft_target_s=5.0, tpot_target_s=None,
+                               ttft_s=9.0, tpot_s=None, p99_ttft_s=9.0, p99_tpot_s=None, attainment=0.9, met=False,
+                               factor=1.0)]
+        misses = [Miss("long", "TTFT", "p99", 9.0, 5.0, kind="queueing")]
+        misses += [] if f <= 0.8 else [Miss("chat", "TPOT", "p99", 0.1 * f / 0.8, 0.1)]
+        doc = SimulationDoc(plan="q", spec_hash="h", arrivals="poisson", load=1.0, seed=0, policy="weighted",
+                            duration_s=100.0, warmup_s=10.0, workloads=(), replicas=(), unfinished=0)
+        return [doc], ws, misses
+
+    monkeypatch.setattr(vp, "plan_doc", lambda ir: ir.tail_factors)
+    monkeypatch.setattr(vp.replay, "verify", replay_at)
+    monkeypatch.setattr(vp.replay, "beyond_budget", lambda plan: None)
+    out = vp.Verify().run(base, PassContext(solver=SolverOptions(),
+                                            replan=lambda update: base.model_copy(update=update)))
+    assert dict(out.tail_factors)["chat"] == pytest.approx(0.8) and out.verification.rounds == 2
+    assert out.reports[-1].status == "unmet" and any(u.startswith("long:") for u in out.verification.unmet)
+
+
 def test_verify_does_not_replay_a_plan_beyond_its_work_budget_and_says_what_it_would_take(monkeypatch) -> None:
     """A plan whose settling warm-up alone exceeds half the work budget (scale1072: 4,925 req/s) is
     not replayed: every request of a window that starts before the fleet settles would miss, and

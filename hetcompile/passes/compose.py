@@ -365,14 +365,12 @@ class SolveLog:
 
 def solve_composition(t: ComposeTables, opts: SolveLog, name: str, objective: str, start: ComposeSolution | None = None,
            **kw) -> tuple[SolveResult, ComposeSolution | None]:
-    """One composition MILP. `start`: a plan known to be feasible for this one (the plan itself for a
-    what-if that only adds budget or nodes, the frontier point's first stage for its cheapest plan),
-    handed to HiGHS as its replica counts y: a re-solve stopped at its work budget never reports less
-    than the plan it started from, and branch and bound starts with an incumbent instead of searching
-    for one. compose's own second stage does not start from its first: on bench/data/scale1072.yaml it
-    would reach its gap in 37 s instead of stopping at the 120 s cap, but among the plans of equal cost
-    and theta it picks another split of the rates, and llama70b-pp's verification, which sits at the
-    edge of its chat SLO, then ends infeasible."""
+    """One composition MILP. `start`: a plan known to be feasible for this one (the first stage's plan
+    for the cheapest plan at its theta; the plan itself for a what-if that only adds budget or nodes),
+    handed to HiGHS as its replica counts y: branch and bound starts with an incumbent instead of
+    searching for one (bench/data/scale1072.yaml: the second stage reaches its 0.1% gap in 37 s, where
+    it stopped at the 120 s cap without it), and a re-solve stopped at its work budget never reports
+    less than the plan it started from."""
     merged, groups = merge_alike(t)  # copies of one kind of workload: one row in the MILP
     model = build_model(merged, objective, **kw)
     if start is not None:
@@ -404,7 +402,8 @@ def _max_theta(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResu
     # second stage: the cheapest plan that keeps theta (ties in theta otherwise pick arbitrary extras)
     # and, when replanning, no more churn than the first stage chose
     churn_max = float(sol.churn) if t.previous is not None else None
-    res2, sol2 = solve_composition(t, opts, "compose/min-cost-at-theta", "cost", theta_min=sol.theta * THETA_KEEP, churn_max=churn_max)
+    res2, sol2 = solve_composition(t, opts, "compose/min-cost-at-theta", "cost", start=sol, theta_min=sol.theta * THETA_KEEP,
+                                   churn_max=churn_max)
     return res, (sol2 if sol2 is not None else sol)
 
 
