@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, build
 from hetcompile.backends.emit import write
 from hetcompile.driver import compile_spec
-from hetcompile.migrate.diff import Record, task_hash
+from hetcompile.migrate.diff import DeployError, Launched, Record, task_hash
 from test_deploy import _calls, _clusters, _env
 
 QUICKSTART = ROOT / "examples" / "quickstart" / "spec.yaml"
@@ -64,7 +64,7 @@ def _converged(tmp: Path, out: Path) -> dict[str, str]:
     assert sorted(_clusters(tmp)) == sorted([*rec.applied.values(), f"{plan['plan']}-router"])
     for rid, c in rec.applied.items():
         assert (tmp / "sky-state" / "launched" / f"{c}.yaml").read_text() == (out / "sky" / f"{rid}.yaml").read_text()
-        assert rec.clusters[c] == {"replica": rid, "hash": task_hash(out, rid)}
+        assert rec.clusters[c] == Launched(rid, task_hash(out, rid))
     routing = json.loads((out / "router" / "routing.json").read_text())
     assert sorted(r["id"] for r in routing["replicas"]) == sorted(rec.applied)
     assert all(r["endpoint"] for r in routing["replicas"])
@@ -239,7 +239,7 @@ def test_killed_between_steps_converges(tmp_path: Path, builds) -> None:
     (tmp_path / "sky-state" / "kill_after").write_text(name + "\n")
     p = _deploy(tmp_path, env)
     assert p.returncode == -9
-    assert name in _clusters(tmp_path) and Record.load(out).clusters[name]["replica"] == "r2"  # recorded before it died
+    assert name in _clusters(tmp_path) and Record.load(out).clusters[name].replica == "r2"  # recorded before it died
     (tmp_path / "sky-state" / "kill_after").write_text("")
     n0 = len(_calls(tmp_path))
     p = _deploy(tmp_path, env)
@@ -277,7 +277,7 @@ def test_stray_clusters_are_torn_down_and_teardown_covers_the_record(tmp_path: P
     _write(out, builds["a"])
     assert _deploy(tmp_path, env).returncode == 0
     rec = Record.load(out)
-    rec.clusters["quickstart-r9"] = {"replica": "r9", "hash": "0" * 16}
+    rec.clusters["quickstart-r9"] = Launched("r9", "0" * 16)
     rec.save(out)
     state = tmp_path / "sky-state" / "clusters.json"
     state.write_text(json.dumps({**_clusters(tmp_path), "quickstart-r9": "UP", "quickstart-r7": "UP", "other-r1": "UP"}))
@@ -290,7 +290,7 @@ def test_stray_clusters_are_torn_down_and_teardown_covers_the_record(tmp_path: P
     assert "other-r1" in _clusters(tmp_path)  # another plan's cluster is never touched
     state.write_text(json.dumps({**_clusters(tmp_path), "quickstart-r8": "UP"}))
     rec = Record.load(out)
-    rec.clusters["quickstart-r8"] = {"replica": "r8", "hash": "1" * 16}
+    rec.clusters["quickstart-r8"] = Launched("r8", "1" * 16)
     rec.save(out)
     t = subprocess.run(["hetcompile", "teardown", str(out)], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert t.returncode == 0, t.stderr
@@ -368,7 +368,7 @@ def test_deploy_after_migrate_keeps_what_runs(tmp_path: Path, builds) -> None:
     assert m.returncode == 0, m.stdout + m.stderr
     rec = Record.load(new)
     assert rec.plan == "quickstart" and sorted(rec.applied) == ["r0", "r1", "r2", "r3"]
-    assert rec.applied["r0"] == "quickstart-r0" and rec.clusters["quickstart-router"] == {"replica": "router"}
+    assert rec.applied["r0"] == "quickstart-r0" and rec.clusters["quickstart-router"] == Launched("router")
     n0 = len(_calls(tmp_path))
     p = subprocess.run(["hetcompile", "deploy", str(new), "--health-poll", "0.01"], env=env, capture_output=True,
                        text=True, cwd=tmp_path)
@@ -393,7 +393,7 @@ def test_deploy_after_migrate_to_a_renamed_plan_keeps_its_router(tmp_path: Path,
     m = subprocess.run(["hetcompile", "migrate", str(old), str(new), "--drain", "0s"], env=env, capture_output=True,
                        text=True, cwd=tmp_path)
     assert m.returncode == 0, m.stdout + m.stderr
-    assert Record.load(new).clusters["quickstart-router"] == {"replica": "router"}
+    assert Record.load(new).clusters["quickstart-router"] == Launched("router")
     for secret in ("router.token", "vllm.key"):  # what the running fleet was given, kept with NEW
         assert (new / secret).read_text() == (old / secret).read_text()
         assert (new / secret).stat().st_mode & 0o777 == 0o600
@@ -404,3 +404,23 @@ def test_deploy_after_migrate_to_a_renamed_plan_keeps_its_router(tmp_path: Path,
     assert "nothing to do" in p.stdout, p.stdout
     assert [c for c in _calls(tmp_path)[n0:] if c[0] in ("launch", "down", "exec", "cancel")] == []
     assert "quickstart-v2-router" not in _clusters(tmp_path)
+
+
+def test_the_record_is_typed_and_its_file_keeps_its_format(tmp_path: Path) -> None:
+    """OUT/deploy/record.json reads into Launched entries and writes back byte for byte (a record
+    written by an earlier version still loads); an entry that is not an object is a clear error."""
+    from hetcompile.migrate.diff import RECORD
+
+    text = ('{\n  "applied": {\n    "r0": "q-r0"\n  },\n  "clusters": {\n    "q-r0": {\n      "hash": "%s",\n'
+            '      "replica": "r0"\n    },\n    "q-router": {\n      "replica": "router"\n    }\n  },\n'
+            '  "plan": "q"\n}\n') % ("a" * 16)
+    (tmp_path / RECORD).parent.mkdir(parents=True)
+    (tmp_path / RECORD).write_text(text)
+    rec = Record.load(tmp_path)
+    assert rec.clusters == {"q-r0": Launched("r0", "a" * 16), "q-router": Launched("router")}
+    assert rec.cluster_of("r0", "a" * 16) == "q-r0" and rec.cluster_of("r0", "b" * 16) is None
+    rec.save(tmp_path)
+    assert (tmp_path / RECORD).read_text() == text
+    (tmp_path / RECORD).write_text('{"plan": "q", "clusters": {"q-r0": "r0"}}')
+    with pytest.raises(DeployError, match="cannot read the deploy record"):
+        Record.load(tmp_path)

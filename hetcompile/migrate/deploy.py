@@ -34,7 +34,7 @@ from hetcompile.plan.routing import RoutingTable
 from hetcompile.migrate.actions import (
     Action, Rollout, RolloutError, _port, _table, _task, rollout_from,
 )
-from hetcompile.migrate.diff import APPLIED, DeployError, ROUTER, Record, legacy_clusters, sky_status, task_hash
+from hetcompile.migrate.diff import APPLIED, ROUTER, DeployError, Launched, Record, legacy_clusters, sky_status, task_hash
 from hetcompile.migrate.planner import plan_migration
 from hetcompile.migrate.run import SECRET_FILES, write_secret
 
@@ -87,7 +87,7 @@ def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
         else:
             notes.append(f"applied {r.id} ({c or 'no cluster recorded'}) is not running (sky status): launched anew")
     old = old.model_copy(update={"replicas": tuple(running_old)})  # a subset of its own, already validated replicas
-    old_hash = {rid: record.clusters.get(c, {}).get("hash") for rid, c in old_cluster.items()}
+    old_hash = {rid: e.hash if (e := record.clusters.get(c)) is not None else None for rid, c in old_cluster.items()}
 
     news = {r.id: r for r in new.replicas}
     untouched, changed, added, removed = [], [], [], []
@@ -128,7 +128,7 @@ def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
 
     # the router this folder's record names and sky runs (after `migrate OLD NEW` to a renamed plan,
     # OLD's: clients keep their endpoint), else the plan's own name
-    router_cluster = next((c for c, e in sorted(record.clusters.items()) if e.get("replica") == ROUTER and c in up),
+    router_cluster = next((c for c, e in sorted(record.clusters.items()) if e.replica == ROUTER and c in up),
                           f"{name}-router")
     router_port = _port(_task(out, "router"), f"{out}/sky/router.yaml")
     ro = rollout_from(old, new, applied_dir, out, mig, names, router_cluster=router_cluster, router_port=router_port,
@@ -148,7 +148,7 @@ def deploy_plan(out: Path, env: dict[str, str]) -> Deployment:
         actions.append(_final_route(out, new, clusters, final_running))
     # clusters of this plan that serve nothing once converged: recorded ones and unrecorded ones
     keep = set(clusters.values()) | {router_cluster} | set(old_cluster.values())
-    stray = sorted({c for c, e in record.clusters.items() if c not in keep and e.get("replica") != ROUTER and c in status}
+    stray = sorted({c for c, e in record.clusters.items() if c not in keep and e.replica != ROUTER and c in status}
                    | set(c for c in legacy_clusters(name, status, record) if c not in keep), key=natural_key)
     for c in stray:
         actions.append(Action(len(actions) + 1, "teardown", f"tear down {c} (not part of plan {name})", c,
@@ -188,10 +188,10 @@ def recorder(d: Deployment):
 
     def after(a: Action) -> None:
         if a.kind == "launch" and a.cluster == d.rollout.router_cluster:
-            rec.clusters[a.cluster] = {"replica": ROUTER}
+            rec.clusters[a.cluster] = Launched(ROUTER)
         elif a.kind in ("launch", "restart") and a.cluster is not None:  # a restart: the cluster now runs the new task
             rid = a.rid or by_cluster.get(a.cluster)
-            rec.clusters[a.cluster] = {"replica": rid, "hash": d.hashes.get(rid) if rid is not None else None}
+            rec.clusters[a.cluster] = Launched(rid, d.hashes.get(rid) if rid is not None else None)
         elif a.kind == "teardown" and a.cluster is not None:
             rec.clusters.pop(a.cluster, None)
         else:
@@ -206,7 +206,7 @@ def converged(d: Deployment) -> None:
     out, rec = d.out, d.record
     rec.plan = d.rollout.new_plan
     for rid, c in d.clusters.items():  # kept clusters were recorded by an earlier run
-        rec.clusters.setdefault(c, {"replica": rid, "hash": d.hashes[rid]})
+        rec.clusters.setdefault(c, Launched(rid, d.hashes[rid]))
     rec.applied = dict(d.clusters)
     applied = out / APPLIED
     tmp = applied.with_name("applied.tmp")
@@ -239,8 +239,8 @@ def adopt(ro: Rollout) -> dict[str, str]:
     rec = Record.load(ro.new_dir)
     rec.plan = new.plan
     for rid, c in clusters.items():  # overwrites what an earlier deploy of NEW recorded for these names
-        rec.clusters[c] = {"replica": rid, "hash": hashes[rid]}
-    rec.clusters[ro.router_cluster] = {"replica": ROUTER}
+        rec.clusters[c] = Launched(rid, hashes[rid])
+    rec.clusters[ro.router_cluster] = Launched(ROUTER)
     # the fleet that now serves NEW holds OLD's replica key and router token: NEW's folder keeps them,
     # so a later `deploy NEW` reaches the router and launches replicas the router can call
     src = ro.secrets_dir or ro.old_dir

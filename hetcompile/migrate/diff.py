@@ -54,12 +54,31 @@ def task_hash(out: Path, rid: str) -> str:
     return h.hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Launched:
+    """One cluster deploy launched: the replica id it runs (ROUTER for the router) and the task hash
+    (`task_hash`) of what it runs; None for the router, and for a cluster launched without one."""
+
+    replica: str | None
+    hash: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict) -> Launched:
+        if not isinstance(d, dict):
+            raise ValueError(f"a cluster entry is {type(d).__name__}, not an object")
+        return cls(replica=d.get("replica"), hash=d.get("hash"))
+
+    def to_json(self) -> dict:
+        """{"replica": id, "hash": h}; the router's entry has no hash."""
+        return {"replica": self.replica} if self.replica == ROUTER else {"replica": self.replica, "hash": self.hash}
+
+
 @dataclass
 class Record:
     """What deploy launched from this folder, and which of it serves the plan it converged to."""
 
     plan: str | None = None
-    clusters: dict[str, dict] = field(default_factory=dict)  # cluster -> {"replica": id, "hash": h}
+    clusters: dict[str, Launched] = field(default_factory=dict)  # cluster -> what it runs
     applied: dict[str, str] = field(default_factory=dict)  # replica id of OUT/deploy/applied -> cluster
 
     @classmethod
@@ -69,7 +88,9 @@ class Record:
             return cls()
         try:
             d = json.loads(path.read_text())
-            return cls(plan=d.get("plan"), clusters=dict(d.get("clusters") or {}), applied=dict(d.get("applied") or {}))
+            return cls(plan=d.get("plan"),
+                       clusters={c: Launched.from_json(e) for c, e in dict(d.get("clusters") or {}).items()},
+                       applied=dict(d.get("applied") or {}))
         except (OSError, ValueError, AttributeError) as e:
             raise DeployError(f"cannot read the deploy record {path}: {e}",
                                hint="it lists the clusters deploy launched; restore it, or tear them down by hand "
@@ -79,13 +100,13 @@ class Record:
         path = out / RECORD
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")  # a kill mid-write must not lose the list of what bills
-        tmp.write_text(dumps_json({"plan": self.plan, "clusters": dict(sorted(self.clusters.items())),
+        tmp.write_text(dumps_json({"plan": self.plan, "clusters": {c: e.to_json() for c, e in sorted(self.clusters.items())},
                                    "applied": dict(sorted(self.applied.items()))}))
         tmp.replace(path)
 
     def cluster_of(self, rid: str, h: str) -> str | None:
         """A recorded cluster running replica `rid` with task hash `h`."""
-        return next((c for c, e in sorted(self.clusters.items()) if e.get("replica") == rid and e.get("hash") == h), None)
+        return next((c for c, e in sorted(self.clusters.items()) if e.replica == rid and e.hash == h), None)
 
 
 def parse_status(text: str) -> dict[str, str]:
