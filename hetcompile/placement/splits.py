@@ -10,8 +10,10 @@ k_i >= 1 with sum k_i = L and k_i <= K_i.
   stage's LayerCost at perf/capacity.fluid_batch(b)) is fixed, so the slowest stage is minimized by
   water-filling: the smallest t with sum_i min(kcap_i, floor((t - o) / tau_i)) >= L, o = the
   step's host work / d on every stage. Then cap(c) = (1 + I/O) X with X from
-  perf/capacity.fluid_rate; the best c wins. Surplus layers come off the slowest stages. (The
-  lm_head read of the last stage is left out of the split; the chain's evaluation charges it.)
+  perf/capacity.fluid_rate; the best c wins. Surplus layers come off the slowest stages. The last
+  stage's step carries its lm_head read and the step's other GPU work g (head_s + g, as the step
+  model's stage times do): the water level there is t - head, so a last stage on a slow GPU gets
+  fewer layers, and the split's value is the fast mode of the chain it returns.
 """
 
 from __future__ import annotations
@@ -127,6 +129,10 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
     ratio = m.input_tokens / m.output_tokens
     costs = [layer_cost(pr, ctx) for pr in profs]
     lat, act = _hop_params(p, slots)
+    # the GPU work a stage does once per step besides its layers: the last stage reads the lm_head
+    # and does the step's other GPU work g (perf/stepmodel.StageModel.time, ReplicaModel.stage_terms)
+    head = np.zeros(d)
+    head[-1] = profs[-1].head_s + m.step_gpu_s
     best, best_ks = 0.0, []
     for c in cands:
         kcap = np.array([int(np.sum(cc >= c * (1 - 1e-12))) for cc in conc])  # conc is decreasing in k
@@ -135,21 +141,22 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
         b = c / d
         n, S, A, seqs = fluid_batch(b, m.input_tokens, m.output_tokens)
         tau = np.array([cost.time(n, S, A) for cost in costs])  # per layer: the step model's fluid step
-        grid = np.unique(np.concatenate([np.arange(1, kc + 1) * tk for kc, tk in zip(kcap, tau)]))
-        cover = np.minimum(kcap[None, :], np.floor(grid[:, None] / tau[None, :] + 1e-9)).sum(axis=1)
+        grid = np.unique(np.concatenate([np.arange(1, kc + 1) * tk + h for kc, tk, h in zip(kcap, tau, head)]))
+        fits = np.maximum(0.0, np.floor((grid[:, None] - head[None, :]) / tau[None, :] + 1e-9))
+        cover = np.minimum(kcap[None, :], fits).sum(axis=1)
         ok = np.nonzero(cover >= L)[0]
         if not len(ok):
             continue
         t_star = grid[ok[0]]
-        ks = np.minimum(kcap, np.floor(t_star / tau + 1e-9)).astype(int)
+        ks = np.minimum(kcap, np.maximum(0.0, np.floor((t_star - head) / tau + 1e-9))).astype(int)
         if ks.min() < 1:
             continue
         surplus = int(ks.sum() - L)
         while surplus > 0:  # shave the slowest stages first (keeps the max, shortens the round trip)
-            i = int(np.argmax(np.where(ks > 1, ks * tau, -1.0)))
+            i = int(np.argmax(np.where(ks > 1, ks * tau + head, -1.0)))
             ks[i] -= 1
             surplus -= 1
-        times = [step_seconds(float(t), m.step_host_s(seqs)) for t in ks * tau]
+        times = [step_seconds(float(t), m.step_host_s(seqs)) for t in ks * tau + head]
         hops = lat + b * act
         X, _ = fluid_rate(tuple(float(t) for t in times), hops, c)
         cap = X * (1.0 + ratio)
