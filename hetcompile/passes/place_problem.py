@@ -67,10 +67,10 @@ def analytic_profile(ir: Problem, spec: ModelSpec, gpu: str, tp: int) -> StagePr
     of k layers alone (the flow objective and bounds read T)."""
     m, g = ir.model(spec.name), ir.gpu(gpu)
     e = analytic.perf_entry(m.name, m.arch, m.dtype_bytes, g, tp, ir.engine.gpu_memory_utilization, m.max_model_len)
-    extras = e.embed_bytes + e.head_bytes
     kv = []
     for k in range(1, m.arch.layers + 1):
-        entries = (e.usable_bytes - k * e.layer_bytes - extras) / e.kv_bytes_per_token_layer
+        # a node's table does not know where in a chain it sits: it keeps room for both ends' weights
+        entries = analytic.stage_kv_token_layers(e, k, first=True, last=True)
         if entries / k < m.max_model_len:
             break
         kv.append(entries)

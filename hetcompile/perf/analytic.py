@@ -119,10 +119,21 @@ def stage_extras(e: PerfEntry, first: bool, last: bool) -> float:
     return (e.embed_bytes if first else 0.0) + (e.head_bytes if last else 0.0)
 
 
+def stage_free_bytes(e: PerfEntry, layers: int, first: bool, last: bool) -> float:
+    """Bytes a stage of `layers` layers has left for KV: usable memory less its weights (the
+    embedding on the first stage, the lm_head on the last)."""
+    return e.usable_bytes - layers * e.layer_bytes - stage_extras(e, first, last)
+
+
 def stage_kv_tokens(e: PerfEntry, layers: int, first: bool, last: bool) -> float:
     """KV(k): tokens of KV cache a stage holds (<= 0 when the weights do not fit)."""
-    free = e.usable_bytes - layers * e.layer_bytes - stage_extras(e, first, last)
+    free = stage_free_bytes(e, layers, first, last)
     return free / (layers * e.kv_bytes_per_token_layer) if layers > 0 else math.inf
+
+
+def stage_kv_token_layers(e: PerfEntry, layers: int, first: bool, last: bool) -> float:
+    """KV(k) x k: token-layers of KV cache a stage holds (placement's tables: Helix's unit)."""
+    return stage_free_bytes(e, layers, first, last) / e.kv_bytes_per_token_layer
 
 
 def balanced_partition(e: PerfEntry, layers: int, stages: int, max_model_len: int) -> tuple[int, ...] | None:
