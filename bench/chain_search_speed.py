@@ -23,7 +23,7 @@ a = ap.parse_args()
 sys.path.insert(0, str(a.root.resolve()))
 
 from hetcompile.placement import SolverOptions, place  # noqa: E402
-from hetcompile.placement.helix_import import load_setup  # noqa: E402
+from hetcompile.placement.helix.artifact import load_setup  # noqa: E402
 
 print(f"root {a.root}")
 for name in a.setups.split(","):

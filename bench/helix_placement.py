@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hetcompile.placement import SolverOptions, place  # noqa: E402
-from hetcompile.placement.baselines import evaluate_placement, petals, separate_pipelines, swarm  # noqa: E402
-from hetcompile.placement.helix_import import SETUPS, helix_layout, load_setup  # noqa: E402
+from hetcompile.placement.helix.baselines import evaluate_placement, petals, separate_pipelines, swarm  # noqa: E402
+from hetcompile.placement.helix.artifact import SETUPS, helix_layout, load_setup  # noqa: E402
 from hetcompile.placement.verify import verify_result
 
 

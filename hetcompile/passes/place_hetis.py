@@ -7,7 +7,7 @@ than delta to its chain is not put in it:
     moved       to another chain of the model with the same TP where it adds >= delta (the most)
     not-rented  a rented unit no chain takes is dropped: its $/h is saved
     idle        an owned unit no chain takes stays off
-The kept units are re-split by placement's depth-aware split (placement/splits.py): vLLM's one TP
+The kept units are re-split by placement's depth-aware split (placement/chains/splits.py): vLLM's one TP
 per replica stands in for Hetis's per-stage TP x PP search.
 
 "Never serves less": a chain's selection is applied only if the model's served multiple of the
@@ -37,12 +37,12 @@ from hetcompile.passes.rates import max_scale
 from hetcompile.opt.solve import SolverOptions
 from hetcompile.perf import analytic, attention
 from hetcompile.placement import hetis
-from hetcompile.placement.chains import chain_infos
-from hetcompile.placement.chains_search import ChainSearch, order_slots
+from hetcompile.placement.chains.place import chain_infos
+from hetcompile.placement.chains.search import ChainSearch, order_slots
 from hetcompile.placement.evaluate import unit_profile
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.result import ChainInfo, StageUnit
-from hetcompile.placement.splits import Slot
+from hetcompile.placement.chains.splits import Slot
 from hetcompile.placement.verify import verify_result
 
 

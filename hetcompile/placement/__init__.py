@@ -5,10 +5,16 @@
 - `chains` (default, deployable): replicas are chains with one TP size (vLLM 0.33); the default
   objective is the depth-aware capacity (evaluate.py), `helix` maximizes Helix's flow of chains.
 - `shared`: Helix's per-request pipelines, for comparison only (never deployable); always
-  maximizes Helix's flow, with an honest bound (bound.py) and gap; the depth-aware capacity is
+  maximizes Helix's flow, with an honest bound (helix/bound.py) and gap; the depth-aware capacity is
   evaluated on its flow paths. `partial_inference=True` follows the paper's option.
 Solver time, gap, threads and seed come from the caller; a timeout returns the best incumbent
 found with its gap. `verify_result(result)` re-checks the placement and its flow with networkx.
+
+Which path a plan takes is the layout: chains/ is the deployable search, helix/ the shared-pipeline
+comparison (chains/ never imports it: pyproject.toml's contract); both read the core here:
+problem.py (the instance), result.py, tables.py (per-group tables, network), evaluate.py and
+chain_model.py (a chain's capacity: perf's formula), heuristics.py (seeds), verify.py, and hetis.py
+(Hetis's primary-worker selection).
 """
 
 from __future__ import annotations
@@ -19,10 +25,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from hetcompile.opt.solve import SolverOptions
-from hetcompile.placement.chains import place_chains
+from hetcompile.placement.chains.place import place_chains
 from hetcompile.placement.problem import Link, ModelSpec, NodeGroup, PlacementProblem, StageProfile
 from hetcompile.placement.result import ChainInfo, Objective, PlacementResult, SolveRecord, StageUnit
-from hetcompile.placement.shared import place_shared
+from hetcompile.placement.helix.place import place_shared
 from hetcompile.placement.verify import summary_lines, verify_result
 
 __all__ = [

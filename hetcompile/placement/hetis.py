@@ -48,7 +48,7 @@ wins, ties to fewer instances.
 TP x PP inside each stage (§4.1, last step): `tp_pp` picks, per unified stage, the TP degree t
 dividing n_t (the rest is PP) that minimises the stage's time with the stage-time model's TP
 terms. In the compiler's chains the TP is one per replica (vLLM 0.33), so place_hetis.py instead
-re-splits the kept units with placement's depth-aware split (placement/splits.py).
+re-splits the kept units with placement's depth-aware split (placement/chains/splits.py).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hetcompile.placement.bound import PatternBound, fixed_point_bound
-from hetcompile.placement.helix_import import load_setup
+from hetcompile.placement.helix.bound import PatternBound, fixed_point_bound
+from hetcompile.placement.helix.artifact import load_setup
 from hetcompile.placement.tables import group_tables
 
 from .util import brute_force_shared, problem
@@ -45,7 +45,7 @@ def test_bounds_and_place_on_random_two_region_clusters():
     import random
 
     from hetcompile.placement import SolverOptions, place
-    from hetcompile.placement.shared import forced_crossing
+    from hetcompile.placement.helix.place import forced_crossing
     from hetcompile.placement.tables import network
 
     rng = random.Random(7)
@@ -72,7 +72,7 @@ def test_bounds_and_place_on_random_two_region_clusters():
 
 
 def test_forced_crossing_proves_the_geo_optimum():
-    from hetcompile.placement.shared import forced_crossing
+    from hetcompile.placement.helix.place import forced_crossing
     from hetcompile.placement.tables import network
 
     p = load_setup("geo24")

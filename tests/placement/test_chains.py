@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hetcompile.placement import SolverOptions, place
-from hetcompile.placement.baselines import separate_pipelines
+from hetcompile.placement.helix.baselines import separate_pipelines
 from hetcompile.placement.evaluate import chain_eval, shared_capacity, unit_concurrency
 from hetcompile.placement.verify import verify_result
 

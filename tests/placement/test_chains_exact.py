@@ -43,7 +43,7 @@ def random_case(rng: random.Random):
 def search_only(monkeypatch):
     """The search's own optimum: the full-mode polish that follows it may trade fast-mode value for
     full-mode value on purpose (tests/placement/test_full_mode_polish.py)."""
-    monkeypatch.setattr("hetcompile.placement.chains.FULL_MODE_EVALS", 0)
+    monkeypatch.setattr("hetcompile.placement.chains.place.FULL_MODE_EVALS", 0)
 
 
 @pytest.mark.parametrize("objective", ["depth-aware", "helix"])

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from hetcompile.placement import SolverOptions, chains, place
+from hetcompile.placement import SolverOptions, place
+from hetcompile.placement.chains import place as chains
 from hetcompile.opt.budget import Budget
-from hetcompile.placement.helix_import import load_setup
+from hetcompile.placement.helix.artifact import load_setup
 
 
 def _key(res):
@@ -60,7 +61,7 @@ def test_two_runs_give_identical_results(mode):
 def test_shared_mode_stops_on_its_work_budget_not_the_clock(monkeypatch):
     """geo24 (binding links: bound, blocks, segments and node swaps all run) cut to 60 units of
     work: the same placement under any time limit, reported as a work stop, not a clock stop."""
-    from hetcompile.placement import shared
+    from hetcompile.placement.helix import place as shared
 
     p = load_setup("geo24")
     monkeypatch.setattr(shared, "SHARED_WORK", 60)

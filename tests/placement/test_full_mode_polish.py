@@ -4,9 +4,9 @@ a chain is cut in two when the full mode says the two serve more, never the othe
 from __future__ import annotations
 
 from hetcompile.placement.chain_model import full_tokens_per_s
-from hetcompile.placement.chains import polish_full_mode
-from hetcompile.placement.chains_search import ChainSearch, order_slots, slots_of
-from hetcompile.placement.splits import stages_from_split
+from hetcompile.placement.chains.place import polish_full_mode
+from hetcompile.placement.chains.search import ChainSearch, order_slots, slots_of
+from hetcompile.placement.chains.splits import stages_from_split
 
 from .util import problem
 

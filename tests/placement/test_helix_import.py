@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hetcompile.placement.baselines import evaluate_placement
-from hetcompile.placement.helix_import import SETUPS, helix_layout, load_setup, reference
+from hetcompile.placement.helix.baselines import evaluate_placement
+from hetcompile.placement.helix.artifact import SETUPS, helix_layout, load_setup, reference
 from hetcompile.placement.verify import verify_result
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hetcompile.placement import SolverOptions, place
-from hetcompile.placement.baselines import evaluate_placement
-from hetcompile.placement.helix_import import helix_layout, load_setup, setup_info
+from hetcompile.placement.helix.baselines import evaluate_placement
+from hetcompile.placement.helix.artifact import helix_layout, load_setup, setup_info
 from hetcompile.placement.verify import engine_cost_lines
 from hetcompile.placement.verify import summary_lines, verify_result
 

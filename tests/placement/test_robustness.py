@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hetcompile.placement import SolverOptions, place
-from hetcompile.placement.baselines import swarm
-from hetcompile.placement.helix_import import load_setup
+from hetcompile.placement.helix.baselines import swarm
+from hetcompile.placement.helix.artifact import load_setup
 from hetcompile.placement.verify import verify_result
 
 from .util import problem

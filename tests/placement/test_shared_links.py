@@ -2,7 +2,7 @@
 
 The brute force enumerates every placement (util.brute_force_shared) and takes networkx's max
 flow of each, so it is the optimum of the very evaluator `place` reports with. Before the
-node-level MILP (milp_nodes.py) the group-count model's pair rows counted placed nodes that
+node-level MILP (placement/helix/milp_nodes.py) the group-count model's pair rows counted placed nodes that
 carry no flow and saw only the weakest node pair: it stopped at an "optimum" 20-40% below these.
 """
 

@@ -15,8 +15,8 @@ import pytest
 
 from hetcompile.perf.capacity import fluid_capacity
 from hetcompile.placement.chain_model import chain_model
-from hetcompile.placement.chains_search import order_slots, slots_of
-from hetcompile.placement.splits import depth_split, stages_from_split
+from hetcompile.placement.chains.search import order_slots, slots_of
+from hetcompile.placement.chains.splits import depth_split, stages_from_split
 
 from .util import problem
 

@@ -101,7 +101,7 @@ def brute_force_chain_search(p: PlacementProblem, objective: str) -> float:
     """Optimum of the chain search's own evaluator: every node mode (whole, or cut into TP
     slices), every partition of the slots into chains of one TP (slots may stay unused), each
     chain in the search's stage order at its best layer split."""
-    from hetcompile.placement.chains_search import ChainSearch, order_slots, slots_of
+    from hetcompile.placement.chains.search import ChainSearch, order_slots, slots_of
 
     cs = ChainSearch(p, objective)
     nodes = [(n, g) for g in p.groups for n in g.ids]

@@ -7,7 +7,7 @@ Pipeline (each step reports status / objective / bound / gap / time; time comes 
   3. blocks: price-and-branch between incumbent and bound (blocks.py); where inter-region links
      bind, region segments with fans at the crossings (segments.py)
   4. MILP, warm-started from the best placement and capped by the bound, only while the gap
-     exceeds the caller's mip_gap and time is left: the group-count model (milp_shared.py), or,
+     exceeds the caller's mip_gap and time is left: the group-count model (milp.py), or,
      where links bind on a small cluster, the node-level model (milp_nodes.py) whose objective is
      the max flow of its placement (the group model's pair rows are only a restriction there)
   5. disaggregation to concrete nodes (+ node swaps where links bind); exact flow by networkx
@@ -16,7 +16,7 @@ smallest valid one (pattern LP, MILP dual bound); a timeout returns the best inc
 
 Steps 2-5 stop on work, the same on every machine (budget.py): SHARED_WORK LP/MILP solves and
 flow evaluations shared out between the steps, MILP_NODES branch-and-bound nodes per MILP, and
-no MILP above MILP_MAX_VARS variables (as chains.py). The
+no MILP above MILP_MAX_VARS variables (as chains/place.py). The
 caller's time limit is a cap; when the cap ends a step the result says so.
 """
 
@@ -27,16 +27,17 @@ import time
 from dataclasses import replace
 
 from hetcompile.opt.solve import SolverOptions, solve
-from hetcompile.placement import heuristics, milp_nodes
-from hetcompile.placement.blocks import BlockSearch, realize
+from hetcompile.placement import heuristics
+from hetcompile.placement.helix import milp_nodes
+from hetcompile.placement.helix.blocks import BlockSearch, realize
 from hetcompile.opt.budget import Budget
-from hetcompile.placement.bound import Crossing, PatternBound, fixed_point_bound
+from hetcompile.placement.helix.bound import Crossing, PatternBound, fixed_point_bound
 from hetcompile.placement.evaluate import edge_flows, helix_flow, shared_depth_aware
-from hetcompile.placement.extract import improve_assignment, units_from_intervals
-from hetcompile.placement.milp_shared import build_model, extract_intervals, shared_tables, warm_start
+from hetcompile.placement.helix.extract import improve_assignment, units_from_intervals
+from hetcompile.placement.helix.milp import build_model, extract_intervals, shared_tables, warm_start
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.result import Objective, PlacementResult, SolveRecord, StageUnit
-from hetcompile.placement.segments import SegmentSearch, realize_segments
+from hetcompile.placement.helix.segments import SegmentSearch, realize_segments
 from hetcompile.placement.tables import group_tables, network
 
 MILP_NODES = 100  # branch-and-bound nodes of the placement MILP (at most the spec's solver.node_limit)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from hetcompile.opt.budget import Budget
 from hetcompile.placement.problem import PlacementProblem
-from hetcompile.placement.splits import Slot, depth_split, helix_split, profile
+from hetcompile.placement.chains.splits import Slot, depth_split, helix_split, profile
 
 Chain = tuple[Slot, ...]
 STEEPEST_MAX_SLOTS = 16  # GPUs of the pool up to which hill climbing takes the best move, not the first

@@ -1,6 +1,6 @@
 """The node-level MILP for shared (Helix) placement where links bind: exact, for small clusters.
 
-The group-count model (milp_shared.py) aggregates interchangeable nodes, so it cannot see which
+The group-count model (milp.py) aggregates interchangeable nodes, so it cannot see which
 node pair a flow uses; where links bind it can only bound the pair flow by a count of placed
 nodes, and a placed node that carries no flow still counts -- its "optimum" is then not
 realizable (up to 3x above the max flow of its own placement), and with per-node links it also

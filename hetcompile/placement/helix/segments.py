@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetcompile.placement.blocks import Block, BlockSearch
+from hetcompile.placement.helix.blocks import Block, BlockSearch
 from hetcompile.opt.budget import Budget
 from hetcompile.placement.result import StageUnit
 from hetcompile.opt.dense import small_milp

@@ -7,10 +7,10 @@ into TP slices so that a mixed chain has one TP (`<node>#<j>` units on GPUs j*t.
 Steps (work budgets decide where they stop; the caller's time limit is only a wall-clock cap,
 and a result it cut short says so in `notes` and `machine_dependent`):
   1. seeds: per-group pipelines (each group at its best TP), the greedy opener
-  2. the chain-level MILP (chains_milp.py): Helix flow of chains, with its dual bound; stops at
+  2. the chain-level MILP (milp.py): Helix flow of chains, with its dual bound; stops at
      MILP_NODES branch-and-bound nodes (or the spec's smaller solver.node_limit); for the
      depth-aware objective (where it is only a seed) skipped above MILP_MAX_VARS variables
-  3. local search from every seed, then iterated local search from the best (chains_search.py),
+  3. local search from every seed, then iterated local search from the best (search.py),
      SEARCH_WORK neighbour evaluations in all,
      for the objective: `depth-aware` (default) or `helix`
   4. per chain: layer split, depth, C, micro-batch, capacity and binding term (evaluate.py)
@@ -23,15 +23,15 @@ import time
 from dataclasses import replace
 
 from hetcompile.opt.solve import SolverOptions, solve
-from hetcompile.placement import chains_milp
+from hetcompile.placement.chains import milp as chains_milp
 from hetcompile.opt.budget import Budget
-from hetcompile.placement.chains_search import Chain, ChainSearch, order_slots, slots_of
+from hetcompile.placement.chains.search import Chain, ChainSearch, order_slots, slots_of
 from hetcompile.placement.evaluate import chain_eval, edge_flows, helix_flow
 from hetcompile.placement.heuristics import group_chains
 from hetcompile.placement.problem import PlacementProblem
 from hetcompile.placement.result import ChainInfo, Objective, PlacementResult, SolveRecord
 from hetcompile.placement.chain_model import full_tokens_per_s
-from hetcompile.placement.splits import stages_from_split
+from hetcompile.placement.chains.splits import stages_from_split
 from hetcompile.placement.tables import group_tables, network
 
 SEARCH_WORK = 20_000  # neighbour evaluations per placement (local searches 30%, iterated search the rest)
