@@ -66,7 +66,10 @@ def analyse(ir: Problem, t: ComposeTables, sol: ComposeSolution, binding: tuple[
         full_price = full.cost * 3600
         where = "within" if t.budget is None or full.cost <= t.budget * (1 + 1e-9) else "above"
         budget = f", {where} the {human.money(t.budget * 3600)} budget" if t.budget is not None else ""
-        if floor_price is None:
+        if full_price <= 1e-9:  # owned GPUs (or ones offered at $0/h) carry all of it: no price to state
+            lines.append(f"Serving 100% of the demand ({human.si(total)} req/s, every SLO met) needs no rented GPU: "
+                         "the owned ones (and any offered at $0/h) serve all of it in a min-cost build of this spec.")
+        elif floor_price is None:
             lines.append(f"Serving 100% of the demand ({human.si(total)} req/s, every SLO met) takes "
                          f"{human.money(full_price)} at least{budget}: a min-cost build of this spec, more where "
                          "its own simulation asks for margins.")
