@@ -148,7 +148,7 @@ def build(
                       markup=False)
         elif (skipped := next((p for p in res.ir.reports if p.name == "verify" and p.status == "skipped"), None)) \
                 and skipped.notes and skipped.notes[0].startswith("not simulated"):
-            out.print(f"  not verified: {skipped.notes[0][len('not simulated: '):]}", markup=False)
+            out.print(f"  not verified: {skipped.notes[0].partition(': ')[2]}", markup=False)
         compose = next((p for p in res.ir.reports if p.name == "compose"), None)
         for note in compose.notes if compose and previous is not None else ():
             if note.startswith(("replanning", "stability")):

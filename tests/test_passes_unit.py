@@ -197,16 +197,14 @@ def test_what_if_skips_a_min_cost_plan_and_says_why() -> None:
 
 # -- verify ----------------------------------------------------------------------------------------
 
-def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_plan_that_held(monkeypatch) -> None:
-    """The verify pass's loop on its own: a stand-in simulation that misses chat's TPOT above a
-    share of 0.8 of the tail model's load, and a stand-in replan that records the factors asked for."""
+def _stand_in_simulation(monkeypatch, long_misses: bool = False):
+    """The verify pass with its simulation replaced: chat's SLO (p99 TPOT 0.1 s) holds at shares
+    <= 0.8 of the tail model's load and misses above; with `long_misses`, long's queueing bound
+    misses at every share. Returns the pass module."""
     from hetcompile.passes import verify as vp
     from hetcompile.plan.doc import VerifiedWorkload
     from hetcompile.simulate.doc import SimulationDoc
     from hetcompile.simulate.verify import Miss
-
-    asked: list[tuple] = []
-    base = _ir()
 
     def replay_at(factors: tuple, workers: int = 1) -> tuple:
         f = dict(factors).get("chat", 1.0)
@@ -214,6 +212,11 @@ def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_pla
                                ttft_s=1.0, tpot_s=0.1 * f / 0.8, p99_ttft_s=1.0, p99_tpot_s=0.1 * f / 0.8,
                                attainment=0.995 if f <= 0.8 else 0.9, met=f <= 0.8, factor=1.0)]
         misses = [] if f <= 0.8 else [Miss("chat", "TPOT", "p99", 0.1 * f / 0.8, 0.1)]
+        if long_misses:
+            ws.append(VerifiedWorkload(name="long", target="queueing", percentile="p99", ttft_target_s=5.0,
+                                       tpot_target_s=None, ttft_s=9.0, tpot_s=None, p99_ttft_s=9.0, p99_tpot_s=None,
+                                       attainment=0.9, met=False, factor=1.0))
+            misses.insert(0, Miss("long", "TTFT", "p99", 9.0, 5.0, kind="queueing"))
         doc = SimulationDoc(plan="q", spec_hash="h", arrivals="poisson", load=1.0, seed=0, policy="weighted",
                             duration_s=100.0, warmup_s=10.0, workloads=(), replicas=(), unfinished=0)
         return [doc], ws, misses
@@ -221,6 +224,15 @@ def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_pla
     monkeypatch.setattr(vp, "plan_doc", lambda ir: ir.tail_factors)
     monkeypatch.setattr(vp.replay, "verify", replay_at)
     monkeypatch.setattr(vp.replay, "beyond_budget", lambda plan: None)
+    return vp
+
+
+def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_plan_that_held(monkeypatch) -> None:
+    """The verify pass's loop on its own: a stand-in simulation that misses chat's TPOT above a
+    share of 0.8 of the tail model's load, and a stand-in replan that records the factors asked for."""
+    vp = _stand_in_simulation(monkeypatch)
+    asked: list[tuple] = []
+    base = _ir()
 
     def replan(update: dict) -> Problem:
         asked.append(update["tail_factors"])
@@ -239,30 +251,8 @@ def test_verify_keeps_the_last_plan_whose_slos_held_when_a_queueing_bound_never_
     """chat's SLO holds at shares <= 0.8 of the tail model's load; long's queueing bound misses at
     every share (it shares chat's replicas). No plan meets every target, and the last round misses
     chat: the result is the round-2 plan, where chat held, with long's bound unmet, not an error."""
-    from hetcompile.passes import verify as vp
-    from hetcompile.plan.doc import VerifiedWorkload
-    from hetcompile.simulate.doc import SimulationDoc
-    from hetcompile.simulate.verify import Miss
-
+    vp = _stand_in_simulation(monkeypatch, long_misses=True)
     base = _ir()
-
-    def replay_at(factors: tuple, workers: int = 1) -> tuple:
-        f = dict(factors).get("chat", 1.0)
-        ws = [VerifiedWorkload(name="chat", target="slo", percentile="p99", ttft_target_s=2.0, tpot_target_s=0.1,
-                               ttft_s=1.0, tpot_s=0.1 * f / 0.8, p99_ttft_s=1.0, p99_tpot_s=0.1 * f / 0.8,
-                               attainment=0.995 if f <= 0.8 else 0.9, met=f <= 0.8, factor=1.0),
-              VerifiedWorkload(name="long", target="queueing", percentile="p99", ttft_target_s=5.0, tpot_target_s=None,
-                               ttft_s=9.0, tpot_s=None, p99_ttft_s=9.0, p99_tpot_s=None, attainment=0.9, met=False,
-                               factor=1.0)]
-        misses = [Miss("long", "TTFT", "p99", 9.0, 5.0, kind="queueing")]
-        misses += [] if f <= 0.8 else [Miss("chat", "TPOT", "p99", 0.1 * f / 0.8, 0.1)]
-        doc = SimulationDoc(plan="q", spec_hash="h", arrivals="poisson", load=1.0, seed=0, policy="weighted",
-                            duration_s=100.0, warmup_s=10.0, workloads=(), replicas=(), unfinished=0)
-        return [doc], ws, misses
-
-    monkeypatch.setattr(vp, "plan_doc", lambda ir: ir.tail_factors)
-    monkeypatch.setattr(vp.replay, "verify", replay_at)
-    monkeypatch.setattr(vp.replay, "beyond_budget", lambda plan: None)
     out = vp.Verify().run(base, PassContext(solver=SolverOptions(),
                                             replan=lambda update: base.model_copy(update=update)))
     assert dict(out.tail_factors)["chat"] == pytest.approx(0.8) and out.verification.rounds == 2

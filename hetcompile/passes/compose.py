@@ -340,20 +340,17 @@ class SolveLog:
 
     options: SolverOptions
     results: list[SolveResult] = field(default_factory=list)
-    explaining: set[str] = field(default_factory=set)  # names of the solves made by `explainer()`
-    explains: bool = False  # this is the explainer's log
+    explains: bool = False  # the what-if's log: its re-solves run under EXPLAIN_NODES
 
     def explainer(self) -> "SolveLog":
-        """The log the what-if and alternatives re-solve through: EXPLAIN_NODES at most, the same
-        results list."""
+        """A log for the what-if and alternatives re-solves: these options, EXPLAIN_NODES at most."""
         o = self.options
-        return SolveLog(replace(o, node_limit=min(o.node_limit or EXPLAIN_NODES, EXPLAIN_NODES)),
-                        self.results, self.explaining, explains=True)
+        return SolveLog(replace(o, node_limit=min(o.node_limit or EXPLAIN_NODES, EXPLAIN_NODES)), explains=True)
 
     def notes(self) -> list[str]:
         out = []
         for r in self.results:
-            if r.limit == "nodes" and r.name in self.explaining:
+            if r.limit == "nodes" and self.explains:
                 out.append(f"{r.name} stopped at the what-if and alternatives' work budget ({EXPLAIN_NODES} nodes), "
                            f"gap {'-' if r.gap is None else f'{100 * r.gap:.3g}%'}")
             elif r.limit == "nodes":
@@ -380,8 +377,6 @@ def solve_composition(t: ComposeTables, opts: SolveLog, name: str, objective: st
             model.y[c].value = start.y.get(c, 0)
     res = solve(model, opts.options, name=name, warm_start=start is not None)
     opts.results.append(res)
-    if opts.explains:
-        opts.explaining.add(name)
     if not res.has_solution:
         return res, None
     fixed = objective == "cost" and kw.get("theta_min") is None

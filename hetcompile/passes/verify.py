@@ -62,7 +62,8 @@ class Verify(Pass):
         kept: Problem | None = None  # the last plan whose SLOs held (a queueing bound may have missed)
         slo: list[Miss] = []
         max_rounds = replay.MAX_ROUNDS
-        big = replay.beyond_budget(plan_doc(ir))
+        doc = plan_doc(ir)
+        big = replay.beyond_budget(doc)
         if big is not None:
             needed, settle = big
             note = (f"not simulated: at its planned load the plan settles in {settle:.0f} s, so a replay needs "
@@ -72,7 +73,7 @@ class Verify(Pass):
             return add_report(ir, PassReport(name=self.name, status="skipped", time_s=0.0, notes=(note,)))
         for rounds in range(1, max_rounds + 1):
             start = time.perf_counter()
-            docs, ws, misses = replay.verify(plan_doc(ir), workers=int(ctx.options.get("verify_workers", 1)))
+            docs, ws, misses = replay.verify(doc, workers=int(ctx.options.get("verify_workers", 1)))
             if docs is None:
                 return add_report(ir, PassReport(name=self.name, status="skipped", time_s=0.0,
                                                  notes=("nothing to check: no SLO and no queueing bound",)))
@@ -111,6 +112,7 @@ class Verify(Pass):
                 ) from None
             ctx.on_pass(self.name)
             factors = trial
+            doc = plan_doc(ir)
         if best is not None or kept is not None:
             return best or kept or verified
         w = slo[0].workload

@@ -161,20 +161,22 @@ def planned_warmup(plan: PlanDoc) -> float:
     return settling(plan, {w.name: w.served_requests_per_s for w in plan.workloads})[0]
 
 
-def _sizes(plan: PlanDoc, ts: list[Targets]) -> tuple[float, float, float, float]:
-    """(measured window, settling warm-up, work cap, total rate) of a replay of the plan: seconds,
-    seconds, seconds of arrivals the work budget allows per replication, req/s (module docstring)."""
+def _window(plan: PlanDoc, ts: list[Targets]) -> float:
+    """Seconds of arrivals measured per replication (module docstring)."""
     served = {w.name: w.served_requests_per_s for w in plan.workloads}
-    window = max(max(VERIFY_REQUESTS, 2 * requests_for_quantile(t.q)) / (REPLICATIONS * served[t.workload]) for t in ts)
-    total = sum(served.values())
-    return window, planned_warmup(plan), VERIFY_MAX_REQUESTS / (REPLICATIONS * total), total
+    return max(max(VERIFY_REQUESTS, 2 * requests_for_quantile(t.q)) / (REPLICATIONS * served[t.workload]) for t in ts)
+
+
+def _work_cap(plan: PlanDoc) -> float:
+    """Seconds of arrivals the work budget allows per replication at the plan's served rates."""
+    return VERIFY_MAX_REQUESTS / (REPLICATIONS * sum(w.served_requests_per_s for w in plan.workloads))
 
 
 def run_length(plan: PlanDoc, ts: list[Targets]) -> tuple[float, float]:
     """(duration, warm-up) of the verification run (module docstring); (0, 0): nothing to verify."""
     if not ts:
         return 0.0, 0.0
-    window, warmup, cap, _ = _sizes(plan, ts)
+    window, warmup, cap = _window(plan, ts), planned_warmup(plan), _work_cap(plan)
     if math.isinf(warmup) or warmup > cap / 2:
         warmup = cap / 2  # a queue that never settles shows up as a miss anyway
     return min(warmup + window, cap), warmup
@@ -194,10 +196,11 @@ def beyond_budget(plan: PlanDoc) -> tuple[int, float] | None:
     if not ts:
         return None
     part = part_of(plan, {t.workload for t in ts})
-    window, warmup, cap, total = _sizes(part, ts)
-    if cap / 2 >= LIFETIMES * lifetime_s(part):
+    if _work_cap(part) / 2 >= LIFETIMES * lifetime_s(part):
         return None
-    return int(math.ceil(REPLICATIONS * total * (warmup + window))), warmup
+    warmup = planned_warmup(part)
+    total = sum(w.served_requests_per_s for w in part.workloads)
+    return int(math.ceil(REPLICATIONS * total * (warmup + _window(part, ts)))), warmup
 
 
 def share_outside_ucb(outside: list[list[bool]]) -> float:
