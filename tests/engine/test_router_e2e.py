@@ -71,14 +71,15 @@ def test_router_in_front_of_two_real_replicas(tmp_path: Path) -> None:
     assert len(ids) == 2 and all(r["pp"] == 1 for r in plan["replicas"])
     served = plan["replicas"][0]["served_name"]
     model = make_tiny_model(tmp_path / "tiny")
-    ports = {rid: free_port() for rid in ids}
     key = {"HC_VLLM_API_KEY": "test-replica-key"}  # as the SkyPilot secret delivers it
 
     with contextlib.ExitStack() as stack:
         bases = {}
         replica_ctx = {}
         for rid in ids:
-            ctx = launch(out / "vllm" / rid / "node0.sh", port=ports[rid], model=model, env=key, log=tmp_path / f"{rid}.log")
+            # each port picked just before its launch: a running vLLM binds ephemeral ports of its own,
+            # so a port picked before the first replica started can be taken by the time the second starts
+            ctx = launch(out / "vllm" / rid / "node0.sh", port=free_port(), model=model, env=key, log=tmp_path / f"{rid}.log")
             bases[rid] = stack.enter_context(ctx)
             replica_ctx[rid] = ctx
         table = out / "router" / "routing.json"
