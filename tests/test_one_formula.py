@@ -29,7 +29,7 @@ def test_every_replica_carries_the_step_model_its_capacity_comes_from(example: s
             if e.binding.startswith(("slo-", "measured")) or e.capacity_requests_per_s == 0:
                 continue  # SLO-capped or measured: another number on purpose, said by its binding
             w = ws[name]
-            full = chain_capacity(r.step_model, w.input_tokens, w.output_tokens)
+            full = chain_capacity(r.step_model.model(), w.input_tokens, w.output_tokens)
             assert e.capacity_requests_per_s == pytest.approx(full.requests_per_s, rel=2e-5), (example, r.id, name)
             assert e.tpot_s == pytest.approx(full.tpot_s, rel=2e-5)
 
@@ -50,7 +50,7 @@ def test_placement_reports_the_emitted_capacity_of_each_chain(example: str) -> N
         i = sum(w.demand * w.input_tokens for w in ws) / total
         o = sum(w.demand * w.output_tokens for w in ws) / total
         for c in m.chains:
-            rm = reps[c.replica].step_model
+            rm = reps[c.replica].step_model.model()
             full = chain_capacity(rm, i, o).requests_per_s * (i + o)
             assert c.capacity_tokens_per_s == pytest.approx(full, rel=2e-5)
             # the search's number is the fast mode of the same model

@@ -196,7 +196,8 @@ def test_simulated_capacity_within_10_percent_under_the_formulas_assumptions(exa
 def test_lumpy_prefill_is_slower_than_fluid() -> None:
     """A prompt in one step turns it compute-bound: the mean step is slower than the same prompt
     tokens spread evenly (the roofline is convex), and the KV-full replica pays for recompute."""
-    rm = read_plan_doc(GOLDEN / "quickstart" / "plan.json").replicas[0].step_model
+    rm = read_plan_doc(GOLDEN / "quickstart" / "plan.json").replicas[0].replica_model()
+    assert rm is not None
     lumpy, fluid = chain_capacity(rm, 763, 232), chain_capacity(rm, 763, 232, fluid=True)
     assert lumpy.binding == "bottleneck-stage" and lumpy.concurrency < rm.max_num_seqs  # the KV binds
     assert lumpy.requests_per_s < 0.9 * fluid.requests_per_s and lumpy.tpot_s > fluid.tpot_s

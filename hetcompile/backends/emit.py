@@ -28,9 +28,10 @@ def artifacts(ir: Problem, pictures: Pictures | None = None) -> dict[str, str]:
     assert ir.replicas is not None and ir.routing is not None  # a built plan has them
     plan = plan_dict(ir)
     text = dumps_json(plan)
-    # pictures read the plan as written (rounded), as `hetcompile explain` of plan.json would
-    extra = dict(pictures(check_plan_doc(json.loads(text)))) if pictures is not None else {}
-    files: dict[str, str] = {"plan.json": text, "plan.md": plan_md(plan, extra.pop("plan.md", ""))}
+    # plan.md and the pictures read the plan as written (rounded), as `hetcompile explain` of plan.json would
+    doc = check_plan_doc(json.loads(text))
+    extra = dict(pictures(doc)) if pictures is not None else {}
+    files: dict[str, str] = {"plan.json": text, "plan.md": plan_md(doc, extra.pop("plan.md", ""))}
     files.update(extra)
     for r in ir.replicas:
         scripts = vllm.node_scripts(ir, r)

@@ -6,15 +6,14 @@ from hetcompile.ir.document import plan_doc
 from hetcompile.ir.problem import Problem
 
 
+# optional sections a plan leaves out when it has none, so plans without them keep their bytes
+OMITTED_WHEN_NONE = ("primary_workers", "what_it_would_take", "alternatives")
+
+
 def plan_dict(ir: Problem) -> dict:
     """plan.json's content (JSON types, not yet rounded: dumps_json rounds)."""
-    out = plan_doc(ir).model_dump(mode="json")
-    if out.get("primary_workers") is None:
-        out.pop("primary_workers", None)  # plans selection did not change keep their bytes
-    for key in ("what_it_would_take", "alternatives"):
-        if out.get(key) is None:
-            out.pop(key, None)  # plans without them keep their bytes
-    return out
+    doc = plan_doc(ir)
+    return doc.model_dump(mode="json", exclude={k for k in OMITTED_WHEN_NONE if getattr(doc, k) is None})
 
 
 def timings_dict(ir: Problem) -> dict:

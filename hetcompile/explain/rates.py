@@ -91,7 +91,7 @@ def stage_times(plan: PlanDoc, replica: PlanReplica) -> list[float]:
     weighted by demand) in the formula's fast mode; layers / tp when the plan carries no step model."""
     from hetcompile.perf.capacity import fluid_capacity
 
-    sm = replica.step_model
+    sm = replica.replica_model()
     ws = [w for w in plan.workloads if w.model == replica.model]
     total = sum(w.demand for w in ws)
     if sm is None or not ws or total <= 0:

@@ -19,6 +19,7 @@ from hetcompile.plan.doc import (
     ReplicaWorkload, Slo, TailLatency, Totals,
 )
 from hetcompile.ir.engine import engine_args
+from hetcompile.plan.step_record import record_of
 from hetcompile.ir.problem import Problem, Replica
 from hetcompile.opt.solve import relative_gap
 from hetcompile.perf.tail import P_GRID, PERCENTILES, TailModel, mixture_quantile, percentile_name
@@ -116,7 +117,8 @@ def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
         workloads={w: ReplicaWorkload(capacity_requests_per_s=full.get(w, rps), planned_max_requests_per_s=rps,
                                       concurrency=conc[w], ttft_s=ttft.get(w), tpot_s=tpot.get(w), **capacity_bound(bind[w]))
                    for w, rps in est.throughput_rps},
-        price_per_hour=replica_price_per_s(ir, r) * 3600, step_model=est.step_model,
+        price_per_hour=replica_price_per_s(ir, r) * 3600,
+        step_model=record_of(est.step_model) if est.step_model is not None else None,
         step_source=est.step_model.step_source if est.step_model is not None else None,
         engine_args=tuple(f"{k} {v}" for k, v in engine_args(ir, r)),
     )

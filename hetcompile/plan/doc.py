@@ -27,6 +27,7 @@ from pydantic import Field
 from hetcompile.frozen import Frozen
 from hetcompile.names import Name, NodeId, PlanName, ReplicaId
 from hetcompile.perf.stepmodel import ReplicaModel
+from hetcompile.plan.step_record import StepModelRecord
 from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION
 
 PLAN_FORMAT: Final = "hetcompile-plan/1"
@@ -342,8 +343,12 @@ class PlanReplica(Frozen):
     step_source: Annotated[str | None, Field(description="where the step model's GPU times come from: kernels (measured kernel tables), roofline, kernels+roofline (a chain of both), fitted (a measured profile)")] = None
     workloads: Annotated[dict[str, ReplicaWorkload], Field(description="capacity per workload this replica can serve")]
     price_per_hour: Annotated[float, Field(description="$/h of its nodes")]
-    step_model: Annotated[ReplicaModel | None, Field(description="step times its capacity comes from (perf/stepmodel.py); the simulator replays them")] = None
+    step_model: Annotated[StepModelRecord | None, Field(description="step times its capacity comes from (perf/stepmodel.py, recorded by plan/step_record.py); the simulator replays them")] = None
     engine_args: Annotated[tuple[str, ...], Field(description="the vLLM engine flags every node of it runs with, '--flag value' each (ir/engine.py; node-specific flags such as rank, host and port are not listed): a change here is a change of the replica")] = ()
+
+    def replica_model(self) -> ReplicaModel | None:
+        """perf's step model of `step_model` (None: the plan carries none for this replica)."""
+        return self.step_model.model() if self.step_model is not None else None
 
     def load(self, rates: dict[str, float], eps: float = 1e-12) -> float:
         """U_r = sum_w x_{r,w} / h_{r,w}: the share of its full-load capacity the requests/s `rates`

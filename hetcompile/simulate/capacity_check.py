@@ -80,7 +80,7 @@ def capacity_cases(plan: PlanDoc, seed: int = 0, fluid: bool = False, spread: fl
     out: list[CapacityCase] = []
     for r, w in _shapes(plan):
         I, O = max(1, round(w.input_tokens)), max(1, round(w.output_tokens))
-        rm = fluid_model(r.step_model, I, O) if fluid else r.step_model
+        rm = fluid_model(r.step_model.model(), I, O) if fluid else r.step_model.model()
         est = chain_capacity(rm, I, O, fluid=fluid)
         duration = LIFETIMES * (est.ttft_s + O * est.tpot_s)
         sim = saturation_throughput(rm, I, O, OVERLOAD * est.requests_per_s, duration, seed, spread)
@@ -110,7 +110,7 @@ class TtftCase:
 def ttft_cases(plan: PlanDoc, loads: tuple[float, ...] = (0.3, 0.6, 0.85), seed: int = 0) -> list[TtftCase]:
     out: list[TtftCase] = []
     for r, w in _shapes(plan):
-        rm = r.step_model
+        rm = r.step_model.model()
         I, O = max(1, round(w.input_tokens)), max(2, round(w.output_tokens))
         est = chain_capacity(rm, I, O)
         for load in loads:

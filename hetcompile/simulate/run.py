@@ -151,7 +151,7 @@ def replica_sims(plan: PlanDoc) -> list[ReplicaSim]:
                 f"replica {r.id} has no step model (a mixed pipeline placed from layer profiles); the simulator cannot replay it",
                 hint="simulate plans whose replicas carry `step_model` in plan.json",
             )
-        sims.append(ReplicaSim(r.id, r.step_model))
+        sims.append(ReplicaSim(r.id, r.step_model.model()))
     return sims
 
 

@@ -115,7 +115,7 @@ def targets(plan: PlanDoc) -> list[Targets]:
     @functools.cache
     def slowest_idle(r: str) -> float | None:
         """The largest TTFT_idle among the workloads routed to replica r (None: none is)."""
-        vals = [idle_of(reps[r].step_model, o.input_tokens, o.output_tokens) for o in plan.workloads
+        vals = [idle_of(reps[r].replica_model(), o.input_tokens, o.output_tokens) for o in plan.workloads
                 if plan.routing.get(o.name, {}).get(r, 0.0) > 0]
         return max(vals) if vals else None
 
