@@ -108,6 +108,13 @@ class Hop(Frozen):
     bandwidth: Annotated[float, Field(gt=0, description="bytes/s")]
 
 
+def hops_seconds(hops: tuple[Hop, ...] | list[Hop], tokens: float, bytes_per_token: float) -> float:
+    """H(n) = sum over hops of (latency + n x bytes per token / bandwidth): a batch of n tokens
+    crossing every link of a chain once (the one hop formula: the capacity formula, placement's
+    split search and its Helix-flow comparison all add hops through here)."""
+    return sum(h.latency_s + tokens * bytes_per_token / h.bandwidth for h in hops)
+
+
 class ReplicaModel(Frozen):
     """A replica (a chain of stages) as the step-time model sees it."""
 
@@ -175,4 +182,4 @@ class ReplicaModel(Frozen):
 
     def hop_time(self, tokens: float) -> float:
         """Seconds for a batch of `tokens` to cross every hop of the chain once."""
-        return sum(h.latency_s + tokens * self.activation_bytes / h.bandwidth for h in self.hops)
+        return hops_seconds(self.hops, tokens, self.activation_bytes)

@@ -35,7 +35,7 @@ import networkx as nx
 import numpy as np
 
 from hetcompile.perf.capacity import fluid_batch, fluid_capacity
-from hetcompile.perf.stepmodel import step_seconds
+from hetcompile.perf.stepmodel import Hop, hops_seconds, step_seconds
 from hetcompile.placement.chain_model import chain_model, stage_model
 from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
@@ -179,13 +179,14 @@ def step_time(p: PlacementProblem, u: StageUnit, batch: float, last: bool = Fals
     return step_seconds(stage_model(p, u, last).time(n, S, A), m.step_host_s(seqs))
 
 
-def hop_time(p: PlacementProblem, a: str, b: str, batch: float, tokens_only: bool = False) -> float:
+def hop_time(p: PlacementProblem, a: str, b: str, batch: float) -> float:
+    """A fluid step of `batch` sequences crossing from unit a to unit b (perf/stepmodel.hops_seconds)."""
     if host(a) == host(b) and a not in (SOURCE, SINK) and b not in (SOURCE, SINK):
         return 0.0
     lk = p.link(host(a), host(b))
     m = p.model
-    size = m.token_bytes if tokens_only else m.activation_bytes * (1.0 + m.input_tokens / m.output_tokens)
-    return lk.latency + batch * size / lk.bandwidth
+    n, *_ = fluid_batch(batch, m.input_tokens, m.output_tokens)  # the fluid step's tokens: b (1 + I/O)
+    return hops_seconds([Hop.model_construct(latency_s=lk.latency, bandwidth=lk.bandwidth)], n, m.activation_bytes)
 
 
 def chain_eval(p: PlacementProblem, stages: Sequence[StageUnit]) -> ChainEval:

@@ -25,11 +25,10 @@ from functools import lru_cache
 import numpy as np
 
 from hetcompile.perf.capacity import fluid_batch, fluid_rate
-from hetcompile.perf.stepmodel import step_seconds
-from hetcompile.placement.chain_model import layer_cost
+from hetcompile.perf.stepmodel import Hop, hops_seconds, step_seconds
+from hetcompile.placement.chain_model import hop, layer_cost
 from hetcompile.placement.problem import PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
-from hetcompile.placement.tables import host
 
 
 @dataclass(frozen=True)
@@ -98,19 +97,9 @@ def _helix_split(Ts: tuple[tuple[float, ...], ...], L: int) -> tuple[float, list
     return float(f[d][L]), ks[::-1]
 
 
-def _hop_params(p: PlacementProblem, slots: list[Slot]) -> tuple[float, float]:
-    """(sum of hop latencies, activation seconds per sequence) over the chain's hops between hosts
-    (chain_model.py's hops, in the fluid step's tokens per sequence: 1 + I/O)."""
-    m = p.model
-    lat, act = 0.0, 0.0
-    per_seq = m.activation_bytes * (1.0 + m.input_tokens / m.output_tokens)
-    for a, b in zip(slots, slots[1:]):
-        if host(a.unit) == host(b.unit):
-            continue
-        lk = p.link(a.node, b.node)
-        lat += lk.latency
-        act += per_seq / lk.bandwidth
-    return lat, act
+def _hops(p: PlacementProblem, slots: list[Slot]) -> list[Hop]:
+    """The chain's links between consecutive slots (chain_model.py's hops; same host: none)."""
+    return [hop(p, a.unit, b.unit) for a, b in zip(slots, slots[1:])]
 
 
 def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int]]:
@@ -128,7 +117,7 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
     cands = sorted({float(x) for c in conc for x in c if x > 0}, reverse=True)
     ratio = m.input_tokens / m.output_tokens
     costs = [layer_cost(pr, ctx) for pr in profs]
-    lat, act = _hop_params(p, slots)
+    links = _hops(p, slots)
     # the GPU work a stage does once per step besides its layers: the last stage reads the lm_head
     # and does the step's other GPU work g (perf/stepmodel.StageModel.time, ReplicaModel.stage_terms)
     head = np.zeros(d)
@@ -157,8 +146,7 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
             ks[i] -= 1
             surplus -= 1
         times = [step_seconds(float(t), m.step_host_s(seqs)) for t in ks * tau + head]
-        hops = lat + b * act
-        X, _ = fluid_rate(tuple(float(t) for t in times), hops, c)
+        X, _ = fluid_rate(tuple(float(t) for t in times), hops_seconds(links, n, m.activation_bytes), c)
         cap = X * (1.0 + ratio)
         if cap > best * (1 + 1e-12):
             best, best_ks = cap, [int(k) for k in ks]
