@@ -6,6 +6,8 @@ diff.py      deploy's desired state (plan + content hashes) against its record a
 deploy.py    deploy's reconcile: the record's fleet -> OUT's plan, as one Rollout; teardown
 run.py       the one executor: runs a Rollout's actions in order, with a journal to resume
 
-Deliberately imports nothing here: explain.diff imports planner, and planner imports explain's
-rates, so loading the package must not pull in actions/run (which import explain).
+One direction only (pyproject.toml's layers): migrate reads explain (its matching, rates and the
+Migration record that explain.json carries), explain never imports migrate; planner.plan_diff
+plans the migration and hands it to explain.diff_plans. Imports nothing itself, so that loading one
+module does not load the executor.
 """
