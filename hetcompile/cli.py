@@ -65,6 +65,8 @@ def build(
                                    "SLOs and queueing bounds and replans until they hold (a quick look; plan.md says it is unverified)"),
     jobs: int = typer.Option(0, "-j", "--jobs", min=0, help="processes for the verification's replications "
                              "(0: one per core, at most 4; the plan does not depend on it)"),
+    observed: Optional[Path] = typer.Option(None, "--observed", help="an observed.yaml (`hetcompile observe`): plan for its "
+                                            "measured rates and lengths, with its step-time corrections"),
 ) -> None:
     """Compile SPEC into a plan and its artifacts under OUT."""
     from hetcompile.plan.canon import dumps_json
@@ -86,8 +88,11 @@ def build(
                 raise ValueError(f"a churn penalty must be between 0 and 100%, got {churn_penalty}")
         except ValueError as exc:
             raise HetcompileError(f"--churn-penalty {churn_penalty!r}: {exc}", hint="give a share such as 2% or 0.02") from None
+        from hetcompile.observe.run import read_observed
+
+        obs = read_observed(observed) if observed is not None else None
         res = compile_spec(spec, stop_after=stop_after, dump_after=tuple(dump_after), previous=previous,
-                           churn_penalty=churn, verify=not no_verify, workers=jobs or min(4, os.cpu_count() or 1),
+                           churn_penalty=churn, verify=not no_verify, workers=jobs or min(4, os.cpu_count() or 1), observed=obs,
                            **{"log": log, **live_args})
         if live:  # the passes are done; what follows prints its own lines
             live.close()
@@ -532,6 +537,48 @@ def simulate(
 
     out.print(Group(*rich_renderables(Doc(f"simulation of {plan.plan}", (), (simulation_section(doc),)), out.width)))
     _print_tail_advice(plan, doc)
+    err.print(f"wrote {target}")
+
+
+@app.command()
+def observe(
+    out_dir: Path = typer.Argument(..., help="OUT directory of a deployed plan (plan.json, router/routing.json with endpoints)"),
+    window: str = typer.Option("10m", "--window", help="how long to sample, e.g. 10m, 600s"),
+    interval: str = typer.Option("15s", "--interval", help="seconds between scrapes"),
+    router_url: Optional[str] = typer.Option(None, "--router", help="the router's base URL (its /metrics gives per-workload rates)"),
+    previous: Optional[Path] = typer.Option(None, "--previous", help="an earlier observed.yaml: corrections are smoothed against it"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="where to write it (default OUT/observed.yaml)"),
+) -> None:
+    """Sample the router's and every replica's /metrics over a window; write observed.yaml (rates, lengths,
+    latencies, step-time corrections against the plan's model)."""
+    from hetcompile.ir.units import parse_duration
+    from hetcompile.observe.run import dumps_observed, observe_out, read_observed
+
+    try:
+        try:
+            w, i = parse_duration(window), parse_duration(interval)
+        except ValueError as exc:
+            raise HetcompileError(f"--window / --interval: {exc}") from None
+        if not (w > 0 and i > 0 and i <= w):
+            raise HetcompileError(f"--window must be positive and at least --interval, got {window!r} and {interval!r}")
+        prev = read_observed(previous) if previous is not None else None
+        err.print(f"observing {out_dir} for {w:g} s (a scrape every {i:g} s)")
+        doc = observe_out(out_dir, w, i, router_url, previous=prev)
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    base = out_dir if out_dir.is_dir() else out_dir.parent
+    target = output or base / "observed.yaml"
+    target.write_text(dumps_observed(doc))
+    for wl in doc.workloads:
+        rate = f"{wl.rate_per_s:.4g} req/s" if wl.rate_per_s is not None else "rate unknown"
+        lens = (f", {wl.input_tokens.mean:.0f} in / {wl.output_tokens.mean:.0f} out tokens"
+                if wl.input_tokens and wl.output_tokens else "")
+        out.print(f"{wl.name}: {rate}{lens}")
+    for c in doc.corrections:
+        out.print(f"{c.gpu} TP{c.tp}: steps take {c.factor:.3g}x the model's ({c.tokens} intervals on {', '.join(c.replicas)})")
+    for m in doc.missing:
+        err.print(f"missing: {m}")
     err.print(f"wrote {target}")
 
 

@@ -8,6 +8,8 @@ from typing import Callable
 from hetcompile.ir.lower import load_problem
 from hetcompile.plan.io import read_plan_doc
 from hetcompile.ir.previous import DEFAULT_CHURN_PENALTY, previous_plan
+from hetcompile.ir.observed import apply_observed
+from hetcompile.plan.observed import ObservedDoc
 from hetcompile.passes import default_pipeline
 from hetcompile.passes.base import PassContext, PipelineResult, run_pipeline
 from hetcompile.opt.solve import SolverOptions
@@ -25,13 +27,18 @@ def compile_spec(
     on_pass: Callable[[str], None] = lambda _: None,
     verify: bool = True,
     workers: int = 1,
+    observed: ObservedDoc | None = None,
 ) -> PipelineResult:
     """`previous`: an earlier plan.json to replan against (seed 003 App. M): compose charges every
     replica launched or torn down `churn_penalty` x that plan's objective, and kept replicas keep
     their ids and nodes. `verify=False` leaves out pass 7 (the simulation that checks the plan's
     targets and replans until they hold: passes/verify.py). `workers`: processes the verification's
-    replications run in (the CLI uses the machine's cores; the results do not depend on it)."""
+    replications run in (the CLI uses the machine's cores; the results do not depend on it).
+    `observed`: an observed.yaml (`hetcompile observe`) whose rates, lengths and step-time
+    corrections replace the spec's (ir/observed.py)."""
     ir, _, _ = load_problem(spec_path)
+    if observed is not None:  # measured rates, lengths and step-time corrections in place of the spec's guesses
+        ir = apply_observed(ir, observed)
     if previous is not None:
         ir = ir.model_copy(update={"previous": previous_plan(read_plan_doc(previous, "previous plan"), churn_penalty)})
     s = ir.solver

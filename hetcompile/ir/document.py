@@ -280,6 +280,7 @@ def plan_doc(ir: Problem) -> PlanDoc:
         warnings=tuple(_relative_warning(w) for w in ir.warnings),
         what_it_would_take=ir.composition.what_if,
         alternatives=ir.composition.alternatives,
+        observed=ir.observed,
     )
 
 

@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from hetcompile.frozen import Frozen
 from hetcompile.plan.routing import RoutingTable
+from hetcompile.plan.observed import Observation
 from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION
 from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
 from hetcompile.plan.doc import Alternatives, Binding, ModelPlacement, PrimaryWorkers, Verification, WhatItWouldTake
@@ -327,6 +328,7 @@ class Problem(Frozen):
     placements: tuple[ModelPlacement, ...] = ()
     primary_workers: tuple[PrimaryWorkers, ...] = ()
     previous: PreviousPlan | None = None
+    observed: Observation | None = Field(default=None, description="build --observed: the measurements that replaced the spec's guesses (ir/observed.py)")
     reports: tuple[PassReport, ...] = ()
 
     def span(self, key: str):

@@ -31,6 +31,8 @@ from hetcompile.perf import analytic
 from hetcompile.perf.capacity import chain_capacity
 from hetcompile.perf.tail import PERCENTILES, default_ttft_bound, tail_capacity
 from hetcompile.perf.stepmodel import LayerCost, ReplicaModel
+from hetcompile.perf import stepmodel
+from hetcompile.ir.observed import correction
 
 EXTRA_DEPTH = 1
 
@@ -70,6 +72,9 @@ def estimate_shape(ir: Problem, model: str, offer: Offer, entry: PerfEntry, part
     stages = [(gpu, entry.tp, k, kv[i]) for i, k in enumerate(partition)]
     lat, bw = _intra_link(ir, offer.region)
     rm = analytic.replica_model(m.arch, m.dtype_bytes, stages, lat, bw, ir.engine.max_num_seqs)
+    k = correction(ir, offer.gpu, entry.tp)
+    if k != 1.0:  # build --observed: step times as the running fleet showed them on this GPU type and TP
+        rm = stepmodel.scaled(rm, k)
     return ShapeEstimate(kv_capacity_tokens=int(min(kv)), source="analytic", **workload_estimates(ir, model, rm))
 
 

@@ -183,3 +183,18 @@ class ReplicaModel(Frozen):
     def hop_time(self, tokens: float) -> float:
         """Seconds for a batch of `tokens` to cross every hop of the chain once."""
         return hops_seconds(self.hops, tokens, self.activation_bytes)
+
+
+def scaled(rm: ReplicaModel, k: float) -> ReplicaModel:
+    """The same replica with every per-step time k times as long: each stage's layer costs (f, a, w,
+    k, c, c0; s is a share and stays) and lm_head read, g, and the host terms o and q. The
+    per-request overhead and the hops are not step times and stay. What a measured correction of
+    step times applies (observe/, `build --observed`), and what a simulated fleet of a known true
+    speed runs (testing/fleet.py)."""
+    def cost(c: LayerCost) -> LayerCost:
+        return c.model_copy(update={"weights_s": c.weights_s * k, "kv_s_per_token": c.kv_s_per_token * k,
+                                    "flop_s_per_token": c.flop_s_per_token * k, "attn_s_per_pair": c.attn_s_per_pair * k,
+                                    "comm_s_per_token": c.comm_s_per_token * k, "comm_s": c.comm_s * k})
+    stages = tuple(s.model_copy(update={"cost": cost(s.cost), "head_s": s.head_s * k}) for s in rm.stages)
+    return rm.model_copy(update={"stages": stages, "step_overhead_s": rm.step_overhead_s * k, "step_gpu_s": rm.step_gpu_s * k,
+                                 "seq_overhead_s": rm.seq_overhead_s * k})

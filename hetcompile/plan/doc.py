@@ -27,6 +27,7 @@ from pydantic import Field
 from hetcompile.frozen import Frozen
 from hetcompile.names import Name, NodeId, PlanName, ReplicaId
 from hetcompile.perf.stepmodel import ReplicaModel
+from hetcompile.plan.observed import Observation
 from hetcompile.plan.step_record import StepModelRecord
 from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION
 
@@ -437,4 +438,8 @@ class PlanDoc(Frozen):
         Alternatives | None,
         Field(description="max-throughput under a budget: the cost vs demand frontier of a budget sweep (this plan marked) "
                           "and the best plans without each shape this plan uses (compose re-solves)"),
+    ] = None
+    observed: Annotated[
+        Observation | None,
+        Field(description="build --observed: the measured rates, lengths and step-time corrections used in place of the spec's"),
     ] = None

@@ -321,6 +321,27 @@ def _one_replica(rm, input_tokens: int, output_tokens: int, rate: float, duratio
     return reqs
 
 
+def mix_requests(rm, mix: list[tuple[float, int, int]], duration: float, seed: int = 0) -> list[Request]:
+    """One replica under Poisson arrivals of several workloads at once, `mix` = [(rate, I, O), ...]
+    (a seeded stream each), run until every request finishes; those after the first 20% (warm-up)."""
+    driver = Driver([ReplicaSim("r", rm)])
+    arrivals: list[tuple[float, int, int]] = []
+    for k, (rate, I, O) in enumerate(mix):
+        rng, t = np.random.default_rng([seed, k]), 0.0
+        while rate > 0:
+            t += float(rng.exponential(1.0 / rate))
+            if t > duration:
+                break
+            arrivals.append((t, I, O))
+    reqs: list[Request] = []
+    for t, I, O in sorted(arrivals):
+        req = Request(len(reqs), "w", t, I, O)
+        reqs.append(req)
+        driver.loop.at(t, driver.arrive, "r", req)
+    driver.loop.run(math.inf)
+    return [r for r in reqs if r.arrival >= 0.2 * duration and r.finish is not None]
+
+
 def saturation_throughput(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0,
                           spread: float = 0.0) -> float:
     """Requests/s one replica completes under Poisson arrivals at `rate` (above its capacity) for
