@@ -323,14 +323,16 @@ def _one_replica(rm, input_tokens: int, output_tokens: int, rate: float, duratio
 
 def mix_requests(rm, mix: list[tuple[float, int, int]], duration: float, seed: int = 0) -> list[Request]:
     """One replica under Poisson arrivals of several workloads at once, `mix` = [(rate, I, O), ...]
-    (a seeded stream each), run until every request finishes; those after the first 20% (warm-up)."""
+    (a seeded stream each): the requests that arrived in [0.2 duration, duration] (after the
+    warm-up), each run to its end while arrivals go on (LOAD_PAST: the last measured requests finish
+    under the same load, not in an emptying engine)."""
     driver = Driver([ReplicaSim("r", rm)])
     arrivals: list[tuple[float, int, int]] = []
     for k, (rate, I, O) in enumerate(mix):
         rng, t = np.random.default_rng([seed, k]), 0.0
         while rate > 0:
             t += float(rng.exponential(1.0 / rate))
-            if t > duration:
+            if t > duration * (1.0 + LOAD_PAST):
                 break
             arrivals.append((t, I, O))
     reqs: list[Request] = []
@@ -338,8 +340,16 @@ def mix_requests(rm, mix: list[tuple[float, int, int]], duration: float, seed: i
         req = Request(len(reqs), "w", t, I, O)
         reqs.append(req)
         driver.loop.at(t, driver.arrive, "r", req)
-    driver.loop.run(math.inf)
-    return [r for r in reqs if r.arrival >= 0.2 * duration and r.finish is not None]
+    measured = [r for r in reqs if 0.2 * duration <= r.arrival <= duration]
+    left = [len(measured)]
+
+    def done(r: Request) -> None:
+        if 0.2 * duration <= r.arrival <= duration:
+            left[0] -= 1
+
+    driver.on_done = done
+    driver.loop.run(math.inf, stop=lambda: left[0] <= 0)
+    return [r for r in measured if r.finish is not None]
 
 
 def saturation_throughput(rm, input_tokens: int, output_tokens: int, rate: float, duration: float, seed: int = 0,
