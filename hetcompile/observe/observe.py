@@ -6,9 +6,9 @@ target's first and last good scrape (prom.py), gauges as the mean over its scrap
 10 minutes measures 10 minutes, not one instant.
 
 The correction of replica r is the step-time factor k_r under which the plan's step model,
-replayed by the simulator at the replica's own measured load (its request rate lambda_r = requests
-finished / window, at its measured mean prompt and output lengths), shows the replica's measured
-mean inter-token latency ITL_r:
+replayed by the simulator at the replica's own measured load (its arrival rate lambda_r = (requests
+finished + the change in requests running or waiting) / window, at its measured lengths), shows
+the replica's measured mean inter-token latency ITL_r:
 
     ITL_sim(k_r x model; lambda_r, I_r, O_r) = ITL_r          (solved by secant steps on log k)
 
@@ -211,7 +211,11 @@ def _replica(plan: PlanDoc, r: PlanReplica, scrapes: list[tuple[float, prom.Samp
         if itl.samples < MIN_TOKENS:
             reason = f"{itl.samples} inter-token intervals in the window, fewer than {MIN_TOKENS}"
         else:
-            pred, corr = step_factor(plan, r, itl.mean, done / span, I, O, min(span, MAX_REPLAY_S))
+            # arrivals = completions + the change in requests held (running + waiting): a window that
+            # starts on an emptier engine than it ends on would otherwise read a lower rate than arrived
+            held = [(prom.total(x, RUNNING) or 0.0) + (prom.total(x, WAITING) or 0.0) for _, x in (scrapes[0], scrapes[-1])]
+            rate = max(done + held[1] - held[0], 0.0) / span
+            pred, corr = step_factor(plan, r, itl.mean, rate, I, O, min(span, MAX_REPLAY_S))
             if pred is None or corr is None:
                 reason = "the plan carries no step model for it, or it finished no request"
     rep = ObservedReplica(id=r.id, model=r.model, gpu=r.stages[0].gpu, tp=r.tp, pp=r.pp, scrapes=len(scrapes), requests=done,

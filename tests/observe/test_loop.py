@@ -65,10 +65,12 @@ def test_replanning_with_the_observation_rents_less_and_predicts_what_the_fleet_
     # the fleet runs the new plan at the same true speed: relative to the corrected model that is TRUE_SPEED / k
     k = new.observed.corrections[0].factor
     doc = _observe(new_out, SimulatedFleet(new, speed=TRUE_SPEED / k, duration=600.0, seed=1))
-    # observed again, the replanned fleet runs at the corrected model's speed: every replica's factor near 1
+    # observed again, the replanned fleet runs at the corrected model's speed: every replica's factor
+    # near 1, and what the corrected model predicts at the fleet's load is what the replicas show
     for r in doc.replicas:
         assert r.correction == pytest.approx(1.0, rel=0.1), r.id
         assert r.itl_s is not None and r.predicted_itl_s is not None
+        assert r.predicted_itl_s == pytest.approx(r.itl_s.mean, rel=0.1), r.id
 
 
 def test_a_doubled_demand_gets_capacity_in_the_next_cycle(first, tmp_path) -> None:
