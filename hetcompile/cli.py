@@ -582,6 +582,61 @@ def observe(
     err.print(f"wrote {target}")
 
 
+@app.command()
+def autopilot(
+    out_dir: Path = typer.Argument(..., help="OUT directory of a deployed plan"),
+    spec: Path = typer.Option(..., "--spec", help="the spec OUT was built from (its models, GPUs, budget and SLOs)"),
+    window: str = typer.Option("10m", "--window", help="each cycle observes this long"),
+    interval: str = typer.Option("15s", "--interval", help="seconds between scrapes"),
+    router_url: Optional[str] = typer.Option(None, "--router", help="the router's base URL (per-workload rates)"),
+    cycles: int = typer.Option(0, "--cycles", min=0, help="stop after this many cycles (0: run until interrupted)"),
+    dead_band: str = typer.Option("15%", "--dead-band", help="drift in a rate, a length or a step-time correction that counts as a change"),
+    min_interval: str = typer.Option("30m", "--min-interval", help="the least time between two changes of the fleet"),
+    churn_penalty: str = typer.Option("5%", "--churn-penalty", help="what each replica launched or torn down costs a replan"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="observe and decide; build the new plan beside OUT, deploy nothing"),
+) -> None:
+    """The closed loop: observe the fleet, replan when it drifted past the dead band, deploy; one line per
+    cycle in OUT/autopilot.log (docs/observe.md)."""
+    import subprocess
+
+    from hetcompile.autopilot import Autopilot, Damping
+    from hetcompile.backends.emit import write
+    from hetcompile.driver import compile_spec
+    from hetcompile.explain.pictures import pictures
+    from hetcompile.ir import units
+    from hetcompile.observe.run import observe_out
+
+    try:
+        try:
+            w, i, gap = units.parse_duration(window), units.parse_duration(interval), units.parse_duration(min_interval)
+            band, churn = units.parse_fraction(dead_band), units.parse_fraction(churn_penalty)
+        except ValueError as exc:
+            raise HetcompileError(f"autopilot option: {exc}") from None
+        if not (w > 0 and 0 < i <= w and gap >= 0 and 0 <= band < 1 and 0 <= churn <= 1):
+            raise HetcompileError("autopilot options out of range: --window > 0, 0 < --interval <= --window, "
+                                  "--min-interval >= 0, --dead-band in [0, 100%), --churn-penalty in [0, 100%]")
+
+        def build_fn(spec_path: Path, obs, previous: Path, out: Path, churn_share: float) -> None:
+            res = compile_spec(spec_path, previous=previous, churn_penalty=churn_share, observed=obs,
+                               workers=min(4, os.cpu_count() or 1))
+            write(res.ir, out, pictures)
+
+        def deploy_fn(out: Path) -> int:
+            return subprocess.run([sys.executable, "-c", "from hetcompile.cli import main; main()", "deploy", str(out)]).returncode
+
+        pilot = Autopilot(out_dir, spec, lambda prev: observe_out(out_dir, w, i, router_url, previous=prev), build_fn, deploy_fn,
+                          Damping(band, gap, churn), dry_run=dry_run)
+        n = 0
+        while cycles == 0 or n < cycles:
+            out.print(pilot.cycle(), markup=False)
+            n += 1
+    except HetcompileError as exc:
+        _fail(exc)
+        return
+    except KeyboardInterrupt:
+        err.print("autopilot: stopped")
+
+
 def _parse_stages(text: str, parse_duration) -> list[tuple[float, float]]:
     """'0.4:600s,1.0:10min' -> [(0.4, 600.0), (1.0, 600.0)]; a clear error for anything else."""
     steps = []

@@ -44,6 +44,7 @@ MIN_REQUESTS = 20  # requests a workload's length / latency percentiles need
 FACTOR_BOUNDS = (1.0 / 3.0, 3.0)  # a correction beyond these is a broken deployment, not a model error
 SMOOTHING = 0.5  # weight of this window's correction against the previous observation's
 SECANT_STEPS = 8  # replays per replica at most when solving for k_r
+TOLERANCE = 0.01  # |log(ITL_sim / ITL_r)| that counts as solved (a window's own noise is larger)
 MAX_REPLAY_S = 600.0  # seconds of arrivals each replay simulates (the window, up to this)
 
 # vLLM V1's metric names (vllm/v1/metrics/loggers.py), and the router's (router/metrics.py)
@@ -162,8 +163,8 @@ def _sim_itl(rm, k: float, mix: list[tuple[float, int, int]], duration: float) -
 
 
 def step_factor(plan: PlanDoc, r: PlanReplica, itl: float, rate: float, I: float, O: float,
-                duration: float) -> tuple[float | None, float | None]:
-    """(ITL_sim at k = 1, k_r): the module docstring's fixed point, within 0.5% or after SECANT_STEPS."""
+                duration: float, guess: float | None = None) -> tuple[float | None, float | None]:
+    """(ITL_sim at k = 1, k_r): the module docstring's fixed point, ITL within TOLERANCE or after SECANT_STEPS."""
     rm = r.replica_model()
     if rm is None or rate <= 0:
         return None, None
@@ -173,9 +174,10 @@ def step_factor(plan: PlanDoc, r: PlanReplica, itl: float, rate: float, I: float
     if base is None:
         return None, None
     x0, f0 = 0.0, math.log(base / itl)
-    x1 = min(max(-f0, lo), hi)  # first guess: ITL proportional to k
+    # first guess: the previous window's k (a steady fleet: often already within tolerance), else ITL proportional to k
+    x1 = min(max(math.log(guess) if guess else -f0, lo), hi)
     for _ in range(SECANT_STEPS):
-        if abs(f0) < 0.005:
+        if abs(f0) < TOLERANCE:
             return base, math.exp(x0)
         got = _sim_itl(rm, math.exp(x1), mix, duration)
         if got is None:
@@ -188,7 +190,8 @@ def step_factor(plan: PlanDoc, r: PlanReplica, itl: float, rate: float, I: float
     return base, math.exp(x0)
 
 
-def _replica(plan: PlanDoc, r: PlanReplica, scrapes: list[tuple[float, prom.Samples]]) -> tuple[ObservedReplica, dict[str, prom.Hist | None]]:
+def _replica(plan: PlanDoc, r: PlanReplica, scrapes: list[tuple[float, prom.Samples]],
+             guess: float | None = None) -> tuple[ObservedReplica, dict[str, prom.Hist | None]]:
     hists = {n: _window_hist(scrapes, n) for n in (PROMPT, OUTPUT, TTFT, ITL, TPOT)}
     done = 0
     if len(scrapes) >= 2:
@@ -215,7 +218,7 @@ def _replica(plan: PlanDoc, r: PlanReplica, scrapes: list[tuple[float, prom.Samp
             # starts on an emptier engine than it ends on would otherwise read a lower rate than arrived
             held = [(prom.total(x, RUNNING) or 0.0) + (prom.total(x, WAITING) or 0.0) for _, x in (scrapes[0], scrapes[-1])]
             rate = max(done + held[1] - held[0], 0.0) / span
-            pred, corr = step_factor(plan, r, itl.mean, rate, I, O, min(span, MAX_REPLAY_S))
+            pred, corr = step_factor(plan, r, itl.mean, rate, I, O, min(span, MAX_REPLAY_S), guess)
             if pred is None or corr is None:
                 reason = "the plan carries no step model for it, or it finished no request"
     rep = ObservedReplica(id=r.id, model=r.model, gpu=r.stages[0].gpu, tp=r.tp, pp=r.pp, scrapes=len(scrapes), requests=done,
@@ -253,6 +256,7 @@ def summarize(plan: PlanDoc, scrapes: Scrapes, errors: dict[str, str], interval:
     missing = [f"{r}: no endpoint in router/routing.json (not deployed)" for r in not_deployed]
     missing += [f"{name}: {text}" + (f" ({len(scrapes.get(name, []))} of {rounds} scrapes read)" if scrapes.get(name) else "")
                 for name, text in sorted(errors.items())]
+    guesses = {o.id: o.correction for o in (previous.replicas if previous else ()) if o.correction}
     reps: list[ObservedReplica] = []
     by_model: dict[str, dict[str, prom.Hist | None]] = {}
     for r in plan.replicas:
@@ -261,7 +265,7 @@ def summarize(plan: PlanDoc, scrapes: Scrapes, errors: dict[str, str], interval:
             continue
         if len(got) < 2 and r.id not in errors:
             missing.append(f"{r.id}: fewer than two scrapes")
-        o, hists = _replica(plan, r, got)
+        o, hists = _replica(plan, r, got, guesses.get(r.id))
         reps.append(o)
         acc = by_model.setdefault(r.model, {})
         for name, h in hists.items():
@@ -270,9 +274,9 @@ def summarize(plan: PlanDoc, scrapes: Scrapes, errors: dict[str, str], interval:
     spans = [s[-1][0] - s[0][0] for s in scrapes.values() if len(s) >= 2]
     window = max(spans) if spans else 0.0
     if window <= 0:
-        raise ObserveError("no target was scraped twice, so nothing was measured over a window",
-                           hint="check the endpoints in OUT/router/routing.json and the router URL; "
-                                "every unreachable target is listed above")
+        raise ObserveError("no target was scraped twice, so nothing was measured over a window"
+                           + "".join(f"\n  {m}" for m in missing),
+                           hint="check the endpoints in OUT/router/routing.json and the router URL")
     rspan = router[-1][0] - router[0][0] if len(router) >= 2 else 0.0
     if rspan <= 0:
         missing.append("router: not read twice; per-workload request rates are unknown (pass --router URL)")
@@ -280,6 +284,8 @@ def summarize(plan: PlanDoc, scrapes: Scrapes, errors: dict[str, str], interval:
     for w in plan.workloads:
         classes.setdefault(w.model, []).append(w.name)
     works = []
+    rates: dict[str, float | None] = {}
+    counts: dict[str, int] = {}
     for w in plan.workloads:
         n, rate = 0, None
         if rspan > 0:
@@ -288,16 +294,39 @@ def summarize(plan: PlanDoc, scrapes: Scrapes, errors: dict[str, str], interval:
                            and dict(ls).get("code", "").startswith("2"))
             n = max(0, round(ok(router[-1][1]) - ok(router[0][1])))
             rate = n / rspan
+        rates[w.name], counts[w.name] = rate, n
+    for w in plan.workloads:
         acc = by_model.get(w.model, {})
-        notes = (f"lengths and latencies are model {w.model}'s (vLLM counts per model; it serves "
-                 f"{len(classes[w.model])} workload classes)",) if len(classes[w.model]) > 1 else ()
-        works.append(ObservedWorkload(name=w.name, model=w.model, requests=n, rate_per_s=rate,
-                                      input_tokens=_dist(acc.get(PROMPT)), output_tokens=_dist(acc.get(OUTPUT)),
+        inp, outp = _dist(acc.get(PROMPT)), _dist(acc.get(OUTPUT))
+        notes: tuple[str, ...] = ()
+        if len(classes[w.model]) > 1:
+            inp, outp = _class_share(plan, w.model, w.name, "input_tokens", inp, rates), _class_share(plan, w.model, w.name, "output_tokens", outp, rates)
+            notes = (f"vLLM counts per model: model {w.model} serves {len(classes[w.model])} workload classes, so its measured mean "
+                     "lengths are split over them in the plan's proportions (no percentiles), and TTFT and TPOT are the model's",)
+        works.append(ObservedWorkload(name=w.name, model=w.model, requests=counts[w.name], rate_per_s=rates[w.name],
+                                      input_tokens=inp, output_tokens=outp,
                                       ttft_s=_dist(acc.get(TTFT)), tpot_s=_dist(acc.get(TPOT)), notes=notes))
     missing += [f"{o.id}: no correction: {o.reason}" for o in reps if o.reason and o.scrapes >= 2]
     return ObservedDoc(plan=plan.plan, spec_hash=plan.spec_hash, window_s=window, interval_s=interval, samples=rounds,
                        workloads=tuple(works), replicas=tuple(reps),
                        corrections=tuple(pooled_corrections(plan, reps, previous)), missing=tuple(missing))
+
+
+def _class_share(plan: PlanDoc, model: str, name: str, key: str, measured: Dist | None,
+                 rates: dict[str, float | None]) -> Dist | None:
+    """One class's mean length when vLLM measured only its model's: the plan's length of the class
+    times (measured mean / the plan's mean over the model's classes, weighted by their observed
+    rates, or the plan's served rates where the router was not read)."""
+    if measured is None:
+        return None
+    ws = [w for w in plan.workloads if w.model == model]
+    weight = {w.name: (rates.get(w.name) if rates.get(w.name) is not None else w.served_requests_per_s) or 0.0 for w in ws}
+    tot = sum(weight.values())
+    if tot <= 0:
+        return None
+    planned = sum(weight[w.name] * getattr(w, key) for w in ws) / tot
+    mine = next(getattr(w, key) for w in ws if w.name == name)
+    return Dist(mean=mine * measured.mean / planned, samples=measured.samples) if planned > 0 else None
 
 
 def targets(table: RoutingTable, router_url: str | None, vllm_key: str | None, router_token: str | None) -> tuple[list[Target], tuple[str, ...]]:

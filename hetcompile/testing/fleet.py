@@ -2,13 +2,14 @@
 /metrics that vLLM and hetcompile's router export, so the observe / replan loop is testable end to
 end without GPUs (issue 34).
 
-The fleet replays `duration` seconds of Poisson arrivals at `demand[w]` x the plan's served rate of
-each workload w, through the plan's routing, on replicas whose step times are `speed` x what the
+The fleet replays `warmup` + `duration` seconds of Poisson arrivals (and more after, so the load
+stays on) at `demand[w]` x the plan's served rate of each workload w, through the plan's routing, on replicas whose step times are `speed` x what the
 plan's step model says (perf/stepmodel.scaled). `metrics(target, t)` is the exposition text a
 scrape at simulated time t would read: counters and histograms over the requests finished by t,
 gauges of the requests in the engine at t. A request's inter-token intervals are taken as even
 ((finish - first token) / (O - 1) each), which keeps the ITL histogram's sum and count exact.
-`fetch` and `clock`/`sleep` plug it into observe/observe.sample with simulated time.
+`fetch` and `clock`/`sleep` plug it into observe/observe.sample with simulated time, starting
+after the warm-up: observe sees a fleet that has been running, as in production.
 """
 
 from __future__ import annotations
@@ -62,13 +63,16 @@ class SimulatedFleet:
     demand: dict[str, float] = field(default_factory=dict)
     duration: float = 600.0
     seed: int = 0
+    warmup: float = 300.0  # the fleet has run this long when the first scrape comes: a running fleet, not an empty one
     down: set[str] = field(default_factory=set)  # targets that do not answer
     garbled: set[str] = field(default_factory=set)  # targets whose /metrics is not Prometheus text
     now: float = 0.0
 
     def __post_init__(self) -> None:
         truth = true_plan(self.plan, self.speed, self.demand)
-        self.requests, _ = replay(truth, poisson_arrivals(truth, self.duration, self.seed), self.duration)
+        span = self.warmup + self.duration
+        self.requests, _ = replay(truth, poisson_arrivals(truth, span * 1.5, self.seed), span)
+        self.now = self.warmup
         self.kv = {r.id: max(r.kv_capacity_tokens, 1) for r in self.plan.replicas}
         self.model_of = {r.id: r.model for r in self.plan.replicas}
         self.served = {r.id: r.served_name for r in self.plan.replicas}

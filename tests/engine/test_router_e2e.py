@@ -63,6 +63,52 @@ def _wait(pred, what: str, limit: float = 60.0) -> None:
         time.sleep(0.25)
 
 
+def _observe_while_sending(out: Path, base: str, client, served: str, ids: list[str]) -> None:
+    """`hetcompile observe` (observe_out) over 10 s of real metrics while a sender thread sends 3
+    requests/s through the router: the observed count is what the sender saw answered between the
+    router's first and last scrape (within 10%), and every replica's vLLM histograms were read."""
+    import threading
+
+    from hetcompile.observe.run import dumps_observed, observe_out, read_observed
+
+    done: list[float] = []
+    stop = threading.Event()
+
+    def send() -> None:
+        t = time.monotonic()
+        while not stop.is_set():
+            client.completions.create(model=served, prompt=[9, 10, 11], max_tokens=4, extra_body={"ignore_eos": True})
+            done.append(time.monotonic())
+            t += 1 / 3
+            stop.wait(max(0.0, t - time.monotonic()))
+
+    ticks: list[float] = []
+
+    def clock() -> float:
+        ticks.append(time.monotonic())
+        return ticks[-1]
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    try:
+        time.sleep(1.0)
+        doc = observe_out(out, 10.0, 1.0, base, clock=clock)
+    finally:
+        stop.set()
+        sender.join(timeout=60)
+    (out / "observed.yaml").write_text(dumps_observed(doc))
+    assert dumps_observed(read_observed(out / "observed.yaml")) == dumps_observed(doc)  # a round trip through the file
+    first, last = ticks[0], ticks[-(len(ids) + 1)]  # the router is scraped first in every round
+    sent = sum(1 for t in done if first <= t <= last)
+    observed = sum(w.requests for w in doc.workloads)
+    assert sent >= 20 and abs(observed - sent) <= max(2, 0.1 * sent), (observed, sent, doc.missing)
+    rate = sum(w.rate_per_s or 0.0 for w in doc.workloads)
+    assert rate == pytest.approx(sent / (last - first), rel=0.1)
+    for r in doc.replicas:
+        assert r.scrapes >= 2 and r.input_tokens is not None and r.itl_s is not None, r
+    assert not [m for m in doc.missing if m.split(":")[0] in ids + ["router"] and "correction" not in m], doc.missing
+
+
 def test_router_in_front_of_two_real_replicas(tmp_path: Path) -> None:
     out = tmp_path / "out"
     write(build(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
@@ -132,6 +178,8 @@ def test_router_in_front_of_two_real_replicas(tmp_path: Path) -> None:
                            if line.startswith("hetcompile_router_policy_choices_total") and f'replica="{rid}"' in line)
                   for rid in ids}
         assert all(v > 0 for v in chosen.values()), chosen
+
+        _observe_while_sending(out, base, client, served, ids)
 
         # kill one replica: the router ejects it and every request still succeeds on the other
         dead, alive = ids[0], ids[1]
