@@ -8,7 +8,8 @@ One cycle:
        a workload's lengths     |I_obs - I_plan| / I_plan > dead_band (same for O), from MIN_REQUESTS on
        a step-time correction   |log(k_obs / k_plan)| > log(1 + dead_band)   (k_plan = 1 where none)
      nothing -> `steady`; something, within `min_interval` of the last change -> `held`;
-     else -> `replan`;
+     else -> `replan`; and `incomplete` (no change) when a target could not be read: a replan on
+     part of the fleet's metrics would plan for a fleet nobody measured;
   3. replan: build SPEC --observed --previous OUT/plan.json (the churn penalty keeps running
      replicas where they still fit) into OUT.next; a plan with the same replicas, shapes and
      routing is `same` and nothing moves; else (not --dry-run) it replaces OUT's artifacts and
@@ -46,7 +47,7 @@ class Damping:
 
 @dataclass(frozen=True)
 class Decision:
-    action: Literal["steady", "held", "replan"]
+    action: Literal["steady", "held", "incomplete", "replan"]
     drift: tuple[str, ...]
 
 
@@ -73,7 +74,15 @@ def drift(plan: PlanDoc, obs: ObservedDoc, dead_band: float) -> list[str]:
     return out
 
 
+def unread(obs: ObservedDoc) -> list[str]:
+    """Targets the window could not read (down, malformed, refused, not deployed): a replan on part
+    of the fleet's metrics would plan for a fleet nobody measured."""
+    return [m for m in obs.missing if ": no correction:" not in m]
+
+
 def decide(plan: PlanDoc, obs: ObservedDoc, now: float, last_change: float | None, damping: Damping) -> Decision:
+    if unread(obs):
+        return Decision("incomplete", tuple(unread(obs)))
     moved = tuple(drift(plan, obs, damping.dead_band))
     if not moved:
         return Decision("steady", ())

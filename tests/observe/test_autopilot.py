@@ -37,11 +37,11 @@ def _copy(built: Path, tmp: Path) -> Path:
     return out
 
 
-def _observer(out: Path, speed: float, window: float, seeds: list[int]):
+def _observer(out: Path, speed: float, window: float, seeds: list[int], garbled: frozenset[str] = frozenset()):
     """Each call observes a fresh simulated fleet running OUT's plan (the next seed: new noise)."""
     def observe(previous):
         plan = read_plan_doc(out)
-        fleet = SimulatedFleet(plan, speed=speed, duration=window, seed=seeds.pop(0))
+        fleet = SimulatedFleet(plan, speed=speed, duration=window, seed=seeds.pop(0), garbled=set(garbled))
         table = read_table(out)
         table = table.model_copy(update={"replicas": tuple(r.model_copy(update={"endpoint": f"http://fleet.invalid/{r.id}"})
                                                            for r in table.replicas)})
@@ -108,3 +108,12 @@ def test_drift_within_the_minimum_interval_is_held(built) -> None:
     obs = _observer(built, 0.6, 600.0, [0])(None)
     assert decide(plan, obs, now=100.0, last_change=0.0, damping=Damping(min_interval_s=1800.0)).action == "held"
     assert decide(plan, obs, now=2000.0, last_change=0.0, damping=Damping(min_interval_s=1800.0)).action == "replan"
+
+
+def test_a_window_with_unreadable_metrics_changes_nothing_and_says_why(built, tmp_path) -> None:
+    out = _copy(built, tmp_path)
+    builds: list[Path] = []
+    pilot = Autopilot(out, SPEC, _observer(out, 0.6, 300.0, [0], garbled=frozenset({"router"})), lambda *a: builds.append(a[3]),
+                      _no_deploy, Damping(min_interval_s=0.0))
+    line = pilot.cycle()
+    assert not builds and "| incomplete: router: malformed /metrics" in line, line
