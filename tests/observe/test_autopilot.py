@@ -1,6 +1,7 @@
 """hetcompile/autopilot.py: the closed loop against the simulated fleet (testing/fleet.py) and the
 recording stub `sky`. A steady fleet with noisy metrics makes no change in 20 cycles; a fleet that
-runs faster than the model is replanned onto fewer GPUs and `deploy` converges to the new plan;
+runs faster than the model is replanned onto fewer GPUs and `deploy` converges to the new plan, and
+a doubled demand is held within the minimum interval, then planned for and deployed;
 --dry-run and the minimum interval change nothing."""
 
 from __future__ import annotations
@@ -37,11 +38,18 @@ def _copy(built: Path, tmp: Path) -> Path:
     return out
 
 
-def _observer(out: Path, speed: float, window: float, seeds: list[int], garbled: frozenset[str] = frozenset()):
-    """Each call observes a fresh simulated fleet running OUT's plan (the next seed: new noise)."""
+def _observer(out: Path, speed: float, window: float, seeds: list[int], garbled: frozenset[str] = frozenset(),
+              demands: list[dict[str, float]] | None = None):
+    """Each call observes a fresh simulated fleet running OUT's plan (the next seed: new noise; the
+    next of `demands`: each workload's demand as a multiple of the spec's)."""
+    spec_rates = {w.name: w.demand for w in read_plan_doc(out).workloads}
+
     def observe(previous):
         plan = read_plan_doc(out)
-        fleet = SimulatedFleet(plan, speed=speed, duration=window, seed=seeds.pop(0), garbled=set(garbled))
+        want = demands.pop(0) if demands else {}
+        # the fleet's demand is the users', not the plan's: relative to what OUT's plan now serves
+        demand = {w.name: want.get(w.name, 1.0) * spec_rates[w.name] / w.served_requests_per_s for w in plan.workloads}
+        fleet = SimulatedFleet(plan, speed=speed, demand=demand, duration=window, seed=seeds.pop(0), garbled=set(garbled))
         table = read_table(out)
         table = table.model_copy(update={"replicas": tuple(r.model_copy(update={"endpoint": f"http://fleet.invalid/{r.id}"})
                                                            for r in table.replicas)})
@@ -80,18 +88,24 @@ def test_a_faster_fleet_is_replanned_onto_fewer_gpus_and_deploy_converges(built,
         return p.returncode
 
     deploy(out)  # the fleet runs plan v1
-    before = sum(r.tp * r.pp for r in read_plan_doc(out).replicas)
-    clock = iter([1000.0, 1100.0])
-    pilot = Autopilot(out, SPEC, _observer(out, 0.6, 600.0, [0, 1]), _build, deploy, Damping(min_interval_s=3600.0),
-                      clock=lambda: next(clock))
+    gpus = lambda: sum(r.tp * r.pp for r in read_plan_doc(out).replicas)  # noqa: E731
+    before = gpus()
+    clock = iter([1000.0, 1100.0, 5000.0])
+    pilot = Autopilot(out, SPEC, _observer(out, 0.6, 600.0, [0, 1, 2], demands=[{}, {"chat": 2.0}, {"chat": 2.0}]), _build, deploy,
+                      Damping(min_interval_s=3600.0), clock=lambda: next(clock))
     line = pilot.cycle()
     assert "| replan: L4 TP1 step times 1x -> 0.6" in line and "deployed" in line, line
     after = read_plan_doc(out)
-    assert after.observed is not None and sum(r.tp * r.pp for r in after.replicas) < before
+    assert after.observed is not None and gpus() < before
     _converged(tmp_path, out)
-    # the next window: the fleet now runs the corrected plan at the corrected speed, and the minimum
-    # interval since the change holds any further one
-    assert " | steady | " in pilot.cycle() or "| held" in (out / "autopilot.log").read_text().splitlines()[-1]
+    # chat's demand doubles: within the minimum interval of the change the drift is held ...
+    assert "| held: chat rate " in pilot.cycle()
+    # ... and after it the next cycle plans and deploys capacity for it
+    line = pilot.cycle()
+    assert "| replan: chat rate " in line and "deployed" in line, line
+    chat = next(w for w in read_plan_doc(out).workloads if w.name == "chat")
+    assert chat.served_requests_per_s == pytest.approx(16.0, rel=0.1) and gpus() > 5
+    _converged(tmp_path, out)
 
 
 def test_dry_run_builds_beside_out_and_changes_nothing(built, tmp_path) -> None:
