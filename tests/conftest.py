@@ -75,6 +75,22 @@ def example_artifacts():
 
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with every file of tests/engine/ in one work unit: the real-vLLM tests run
+    one at a time anyway (the lock below), so on two workers a second engine file only made its
+    worker wait for the lock (74 s idle in a 10-minute run); as one unit they run back to back on
+    one worker while the other runs everything else."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class EngineFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/engine" if nodeid.startswith("tests/engine/") else super()._split_scope(nodeid)
+
+    return EngineFilesTogether(config, log)
+
+
 @pytest.fixture(autouse=True)
 def _one_engine_at_a_time(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """The real-vLLM tests (marked `engine`) run one at a time, also under pytest-xdist: two CPU
