@@ -11,8 +11,8 @@ One cycle:
      else -> `replan`; and `incomplete` (no change) when a target could not be read: a replan on
      part of the fleet's metrics would plan for a fleet nobody measured;
   3. replan: build SPEC --observed --previous OUT/plan.json (the churn penalty keeps running
-     replicas where they still fit) into OUT.next; a plan with the same replicas, shapes and
-     routing is `same` and nothing moves; else (not --dry-run) it replaces OUT's artifacts and
+     replicas where they still fit) into OUT.next; a plan the migration planner has no step for
+     (migrate/planner.plan_diff: the steps explain, migrate and deploy show) moves nothing; else (not --dry-run) it replaces OUT's artifacts and
      `hetcompile deploy OUT` converges the fleet to it.
 Every cycle appends one line to OUT/autopilot.log: when, what was observed, what was decided and done.
 
@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from hetcompile.ir.observed import MIN_REQUESTS
+from hetcompile.migrate.planner import plan_diff
 from hetcompile.observe.run import dumps_observed, read_observed
 from hetcompile.plan.doc import PlanDoc
 from hetcompile.plan.io import read_plan_doc
-from hetcompile.plan.observed import ObservedDoc
+from hetcompile.plan.observed import MIN_REQUESTS, ObservedDoc
 
 
 @dataclass(frozen=True)
@@ -91,13 +91,6 @@ def decide(plan: PlanDoc, obs: ObservedDoc, now: float, last_change: float | Non
     return Decision("replan", moved)
 
 
-def fleet_key(plan: PlanDoc) -> tuple:
-    """What a deploy would act on: each replica's id, shape, nodes and engine flags, and the routing."""
-    reps = tuple(sorted((r.id, r.shape, tuple(s.node for s in r.stages), r.engine_args) for r in plan.replicas))
-    routing = tuple(sorted((w, tuple(sorted((k, round(v, 4)) for k, v in x.items()))) for w, x in plan.routing.items()))
-    return reps, routing
-
-
 @dataclass
 class Autopilot:
     out: Path
@@ -126,7 +119,7 @@ class Autopilot:
                 shutil.rmtree(nxt)
             self.build(self.spec, obs, self.out / "plan.json", nxt, self.damping.churn_penalty)
             new = read_plan_doc(nxt)
-            if fleet_key(new) == fleet_key(plan):
+            if not plan_diff(plan, new).migration.steps:  # the one diff explain, migrate and deploy show
                 done = "replanned: the same fleet, nothing to deploy"
             elif self.dry_run:
                 done = f"would deploy {len(new.replicas)} replicas ({len(plan.replicas)} now), plan in {nxt}"

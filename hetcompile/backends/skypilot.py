@@ -21,10 +21,9 @@ from hetcompile.plan.canon import dumps_yaml, dumps_yaml_docs
 from hetcompile.backends.vllm import NodeScript
 from hetcompile.errors import BackendError
 from hetcompile.ir.problem import Problem, Replica
-from hetcompile.plan.routing import VLLM_KEY_ENV
+from hetcompile.plan.routing import ROUTER_TOKEN_ENV, VLLM_KEY_ENV
 
 HEREDOC = "HETCOMPILE_NODE_SCRIPT"
-ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
 # the replicas' bearer key: vLLM checks it on /v1/* (the node script passes it as --api-key).
 # A managed secret on every replica task and on the router, which sends it upstream
 # (routing.json api_key_env). /health and /metrics stay open for the probes.

@@ -11,9 +11,7 @@ and say so. A share or request-count demand (not a rate) keeps its kind: only it
 from __future__ import annotations
 
 from hetcompile.ir.problem import Problem, Workload
-from hetcompile.plan.observed import ObservedChange, ObservedDoc, Observation
-
-MIN_REQUESTS = 20  # measured requests a workload's lengths need to replace the spec's
+from hetcompile.plan.observed import MIN_REQUESTS, ObservedChange, ObservedDoc, Observation
 
 
 def apply_observed(ir: Problem, doc: ObservedDoc) -> Problem:

@@ -28,10 +28,9 @@ from hetcompile.explain.diff import match
 from hetcompile.explain.model import Migration, Routed, Unit
 from hetcompile.errors import HetcompileError
 from hetcompile.plan.doc import PlanDoc
-from hetcompile.plan.routing import ReplicaWeight, RoutedReplica, RoutingTable
+from hetcompile.plan.routing import ROUTER_TOKEN_ENV, ReplicaWeight, RoutedReplica, RoutingTable
 from hetcompile.migrate.planner import Plans, State, apply, plan_migration, unit_of
 
-ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
 # the secrets every replica and the router task take by name (values from the environment)
 REPLICA_SECRETS = ("HF_TOKEN", "HC_VLLM_API_KEY")
 ROUTER_SECRETS = (ROUTER_TOKEN_ENV, "HC_VLLM_API_KEY")

@@ -36,7 +36,8 @@ from hetcompile.migrate.actions import (
 )
 from hetcompile.migrate.diff import APPLIED, ROUTER, DeployError, Launched, Record, legacy_clusters, sky_status, task_hash
 from hetcompile.migrate.planner import plan_migration
-from hetcompile.migrate.run import SECRET_FILES, write_secret
+from hetcompile.migrate.run import write_secret
+from hetcompile.plan.routing import SECRET_FILES
 
 
 @dataclass(frozen=True)

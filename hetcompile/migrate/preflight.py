@@ -17,7 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hetcompile.migrate.run import SECRET_FILES, write_secret
+from hetcompile.migrate.run import write_secret
+from hetcompile.plan.routing import SECRET_FILES
 
 
 class PreflightFailed(Exception):

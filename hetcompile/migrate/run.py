@@ -43,9 +43,9 @@ from hetcompile.plan.canon import dumps_json
 from hetcompile.router.health import parse_vllm_metrics
 from hetcompile.migrate.actions import ROUTER_SECRETS, ROUTER_TOKEN_ENV, Action, Rollout, reload_paths
 from hetcompile.migrate.gaps import capacity_gaps, gap_text
+from hetcompile.plan.routing import SECRET_FILES
 
-# secrets deploy.sh generated into the old build directory (mode 600): a re-run reuses them
-SECRET_FILES = {ROUTER_TOKEN_ENV: "router.token", "HC_VLLM_API_KEY": "vllm.key"}
+# secrets deploy.sh generated into the old build directory (mode 600, plan/routing.SECRET_FILES): a re-run reuses them
 
 
 def write_secret(path: Path, text: str) -> None:

@@ -1,1 +1,1 @@
-"""observe: the running fleet measured (observe.py), as observed.yaml (doc.py); `hetcompile observe`."""
+"""observe: the running fleet measured (observe.py), as observed.yaml (plan/observed.py); `hetcompile observe`."""

@@ -33,14 +33,13 @@ from dataclasses import dataclass
 
 from hetcompile.errors import HetcompileError
 from hetcompile.observe import prom
-from hetcompile.plan.observed import Dist, ObservedDoc, ObservedReplica, ObservedWorkload, StepCorrection
+from hetcompile.plan.observed import MIN_REQUESTS, Dist, ObservedDoc, ObservedReplica, ObservedWorkload, StepCorrection
 from hetcompile.perf.stepmodel import scaled
-from hetcompile.plan.doc import PlanDoc, PlanReplica
-from hetcompile.plan.routing import RoutingTable
+from hetcompile.plan.doc import PlanDoc, PlanReplica, PlanWorkload
+from hetcompile.plan.routing import ROUTER_TOKEN_ENV, SECRET_FILES, VLLM_KEY_ENV, RoutingTable
 from hetcompile.simulate.run import finished_at, mix_requests
 
 MIN_TOKENS = 200  # inter-token intervals a correction needs (fewer: noise, not a speed)
-MIN_REQUESTS = 20  # requests a workload's length / latency percentiles need
 FACTOR_BOUNDS = (1.0 / 3.0, 3.0)  # a correction beyond these is a broken deployment, not a model error
 SMOOTHING = 0.5  # weight of this window's correction against the previous observation's
 SECANT_STEPS = 8  # replays per replica at most when solving for k_r
@@ -76,8 +75,8 @@ def http_fetch(url: str, headers: dict[str, str], timeout: float = 5.0) -> str:
             return r.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         if e.code == 401:
-            raise ScrapeError("401 unauthorized: pass the key deploy generated (HC_VLLM_API_KEY for replicas, "
-                              "HC_ROUTER_TOKEN for the router; `observe` also reads OUT/vllm.key and OUT/router.token)") from None
+            raise ScrapeError(f"401 unauthorized: pass the key deploy generated ({VLLM_KEY_ENV} for replicas, {ROUTER_TOKEN_ENV} for "
+                              f"the router; `observe` also reads OUT/{SECRET_FILES[VLLM_KEY_ENV]} and OUT/{SECRET_FILES[ROUTER_TOKEN_ENV]})") from None
         raise ScrapeError(f"HTTP {e.code}") from None
     except (OSError, ValueError) as e:
         raise ScrapeError(f"unreachable ({getattr(e, 'reason', None) or e})") from None
@@ -127,32 +126,31 @@ def _window_hist(scrapes: list[tuple[float, prom.Samples]], name: str) -> prom.H
     return b.minus(a) if a is not None and b is not None else None
 
 
-def _add(a: prom.Hist | None, b: prom.Hist | None) -> prom.Hist | None:
-    if a is None or b is None:
-        return a or b
-    if [x for x, _ in a.buckets] != [x for x, _ in b.buckets]:
-        return None
-    return prom.Hist(tuple((le, n + m) for (le, n), (_, m) in zip(a.buckets, b.buckets)), a.sum + b.sum, a.count + b.count)
-
-
 def _gauge_mean(scrapes: list[tuple[float, prom.Samples]], name: str) -> float | None:
     vals = [v for _, s in scrapes if (v := prom.total(s, name)) is not None]
     return sum(vals) / len(vals) if vals else None
 
 
+def split_lengths(weighted: list[tuple[PlanWorkload, float]], I: float, O: float) -> dict[str, tuple[float, float, float]]:
+    """name -> (its share of the weights, I_w, O_w): each workload's planned lengths times (measured
+    mean / the plan's mean over `weighted`), so the mix keeps the plan's spread between workloads
+    and has the measured means I and O (vLLM's histograms are per model, not per workload; near
+    capacity the spread matters, the means alone do not carry it). {} when the weights sum to 0."""
+    tot = sum(x for _, x in weighted)
+    if tot <= 0:
+        return {}
+    mi = sum(x * w.input_tokens for w, x in weighted) / tot
+    mo = sum(x * w.output_tokens for w, x in weighted) / tot
+    return {w.name: (x / tot, w.input_tokens * I / mi, w.output_tokens * O / mo) for w, x in weighted}
+
+
 def replica_mix(plan: PlanDoc, r: PlanReplica, rate: float, I: float, O: float) -> list[tuple[float, int, int]]:
     """[(rate, I, O)] of the workloads routed to r: the plan's shares of them at the measured rate,
-    their lengths scaled so that the mix's means are the measured I and O (vLLM's histograms are per
-    model; the spread between workloads matters near capacity, the means alone do not carry it)."""
-    shares = {w.name: plan.routing.get(w.name, {}).get(r.id, 0.0) * w.served_requests_per_s for w in plan.workloads}
-    tot = sum(shares.values())
-    ws = [w for w in plan.workloads if shares[w.name] > 0]
-    if tot <= 0 or not ws:
+    with split_lengths's lengths."""
+    split = split_lengths([(w, plan.routing.get(w.name, {}).get(r.id, 0.0) * w.served_requests_per_s) for w in plan.workloads], I, O)
+    if not split:
         return [(rate, max(1, round(I)), max(2, round(O)))]
-    mi = sum(shares[w.name] * w.input_tokens for w in ws) / tot
-    mo = sum(shares[w.name] * w.output_tokens for w in ws) / tot
-    return [(rate * shares[w.name] / tot, max(1, round(w.input_tokens * I / mi)), max(2, round(w.output_tokens * O / mo)))
-            for w in ws]
+    return [(rate * s, max(1, round(i)), max(2, round(o))) for s, i, o in split.values() if s > 0]
 
 
 def _sim_itl(rm, k: float, mix: list[tuple[float, int, int]], duration: float) -> float | None:
@@ -269,7 +267,7 @@ def summarize(plan: PlanDoc, scrapes: Scrapes, errors: dict[str, str], interval:
         reps.append(o)
         acc = by_model.setdefault(r.model, {})
         for name, h in hists.items():
-            acc[name] = _add(acc.get(name), h) if name in acc else h
+            acc[name] = h if (prev := acc.get(name)) is None else prev.plus(h)
     router = scrapes.get("router", [])
     spans = [s[-1][0] - s[0][0] for s in scrapes.values() if len(s) >= 2]
     window = max(spans) if spans else 0.0
@@ -300,7 +298,7 @@ def summarize(plan: PlanDoc, scrapes: Scrapes, errors: dict[str, str], interval:
         inp, outp = _dist(acc.get(PROMPT)), _dist(acc.get(OUTPUT))
         notes: tuple[str, ...] = ()
         if len(classes[w.model]) > 1:
-            inp, outp = _class_share(plan, w.model, w.name, "input_tokens", inp, rates), _class_share(plan, w.model, w.name, "output_tokens", outp, rates)
+            inp, outp = _class_lengths(plan, w, inp, outp, rates)
             notes = (f"vLLM counts per model: model {w.model} serves {len(classes[w.model])} workload classes, so its measured mean "
                      "lengths are split over them in the plan's proportions (no percentiles), and TTFT and TPOT are the model's",)
         works.append(ObservedWorkload(name=w.name, model=w.model, requests=counts[w.name], rate_per_s=rates[w.name],
@@ -312,21 +310,18 @@ def summarize(plan: PlanDoc, scrapes: Scrapes, errors: dict[str, str], interval:
                        corrections=tuple(pooled_corrections(plan, reps, previous)), missing=tuple(missing))
 
 
-def _class_share(plan: PlanDoc, model: str, name: str, key: str, measured: Dist | None,
-                 rates: dict[str, float | None]) -> Dist | None:
-    """One class's mean length when vLLM measured only its model's: the plan's length of the class
-    times (measured mean / the plan's mean over the model's classes, weighted by their observed
-    rates, or the plan's served rates where the router was not read)."""
-    if measured is None:
-        return None
-    ws = [w for w in plan.workloads if w.model == model]
-    weight = {w.name: (rates.get(w.name) if rates.get(w.name) is not None else w.served_requests_per_s) or 0.0 for w in ws}
-    tot = sum(weight.values())
-    if tot <= 0:
-        return None
-    planned = sum(weight[w.name] * getattr(w, key) for w in ws) / tot
-    mine = next(getattr(w, key) for w in ws if w.name == name)
-    return Dist(mean=mine * measured.mean / planned, samples=measured.samples) if planned > 0 else None
+def _class_lengths(plan: PlanDoc, w: PlanWorkload, inp: Dist | None, outp: Dist | None,
+                   rates: dict[str, float | None]) -> tuple[Dist | None, Dist | None]:
+    """Workload w's mean lengths when vLLM measured only its model's (`inp`, `outp`): split_lengths
+    over the model's workloads, weighted by their observed rates (the plan's served rates where the
+    router was not read); no percentiles."""
+    weighted = [(x, r if (r := rates.get(x.name)) is not None else x.served_requests_per_s) for x in plan.workloads
+                if x.model == w.model]
+    split = split_lengths(weighted, inp.mean if inp else 1.0, outp.mean if outp else 1.0)
+    if w.name not in split:
+        return None, None
+    _, i, o = split[w.name]
+    return (Dist(mean=i, samples=inp.samples) if inp else None), (Dist(mean=o, samples=outp.samples) if outp else None)
 
 
 def targets(table: RoutingTable, router_url: str | None, vllm_key: str | None, router_token: str | None) -> tuple[list[Target], tuple[str, ...]]:

@@ -72,10 +72,6 @@ def total(samples: Samples, name: str, match: dict[str, str] | None = None) -> f
     return sum(vals) if vals else None
 
 
-def label_values(samples: Samples, name: str, label: str) -> set[str]:
-    return {dict(ls)[label] for (n, ls) in samples if n == name and label in dict(ls)}
-
-
 @dataclass(frozen=True)
 class Hist:
     """A histogram's cumulative buckets (le, N <= le) in increasing le, its sum and count."""
@@ -97,6 +93,15 @@ class Hist:
         if self.count < earlier.count or any(n < 0 for _, n in d):
             return None
         return Hist(d, self.sum - earlier.sum, self.count - earlier.count)
+
+    def plus(self, other: Hist | None) -> Hist | None:
+        """Two processes' histograms of one metric together (None: the bucket bounds differ)."""
+        if other is None:
+            return self
+        if [b for b, _ in self.buckets] != [b for b, _ in other.buckets]:
+            return None
+        return Hist(tuple((le, n + m) for (le, n), (_, m) in zip(self.buckets, other.buckets)), self.sum + other.sum,
+                    self.count + other.count)
 
     def quantile(self, q: float) -> float | None:
         """histogram_quantile(q) (module docstring); None for an empty histogram."""

@@ -13,26 +13,24 @@ from hetcompile.plan.observed import OBSERVED_FORMAT, ObservedDoc
 from hetcompile.observe.observe import Fetch, ObserveError, http_fetch, sample, summarize, targets
 from hetcompile.plan.canon import canon, dumps_yaml
 from hetcompile.plan.io import read_plan_doc
-from hetcompile.plan.routing import RoutingTable
-
-SECRETS = {"HC_VLLM_API_KEY": "vllm.key", "HC_ROUTER_TOKEN": "router.token"}  # as deploy writes them into OUT
+from hetcompile.plan.routing import ROUTER_TOKEN_ENV, SECRET_FILES, VLLM_KEY_ENV, RoutingTable
+from hetcompile.router.table import RouterError, load_table
 
 
 def _secret(out: Path, env: str) -> str | None:
+    """The environment's value, else the file deploy wrote into OUT (plan/routing.SECRET_FILES)."""
     if os.environ.get(env):
         return os.environ[env]
-    f = out / SECRETS[env]
+    f = out / SECRET_FILES[env]
     return f.read_text().strip() if f.is_file() else None
 
 
 def read_table(out: Path) -> RoutingTable:
-    path = out / "router" / "routing.json"
+    """OUT's routing table, read as the router reads it (router/table.load_table)."""
     try:
-        return RoutingTable.model_validate_json(path.read_text())
-    except OSError as e:
-        raise ObserveError(f"cannot read {path}: {e.strerror or e}", hint="observe reads OUT of a deployed plan (`hetcompile deploy OUT`)") from None
-    except ValidationError as e:
-        raise ObserveError(f"{path} is not a routing table: {e.errors()[0]['msg']}") from None
+        return load_table(out / "router" / "routing.json")
+    except RouterError as e:
+        raise ObserveError(e.message, hint="observe reads OUT of a deployed plan (`hetcompile deploy OUT`)") from None
 
 
 def read_observed(path: Path) -> ObservedDoc:
@@ -65,7 +63,7 @@ def observe_out(out: Path, window_s: float, interval_s: float, router_url: str |
     table = table or read_table(out)
     if table.spec_hash and table.spec_hash != plan.spec_hash:
         raise ObserveError("OUT/router/routing.json and OUT/plan.json come from different specs", hint="rebuild or redeploy OUT")
-    tgts, absent = targets(table, router_url, _secret(out, "HC_VLLM_API_KEY"), _secret(out, "HC_ROUTER_TOKEN"))
+    tgts, absent = targets(table, router_url, _secret(out, VLLM_KEY_ENV), _secret(out, ROUTER_TOKEN_ENV))
     if not tgts:
         raise ObserveError("nothing to observe: no replica has an endpoint in OUT/router/routing.json and no --router was given",
                            hint="deploy the plan first (`hetcompile deploy OUT`), or pass --router URL")

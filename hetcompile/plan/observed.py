@@ -3,8 +3,8 @@
 Per workload class: the request rate the router counted, and prompt / output lengths, TTFT and
 TPOT from vLLM's histograms of the replicas serving it. vLLM counts per model, not per class, so
 where a model serves several classes the lengths and latencies are the model's and `notes` says so.
-Per replica: its measured inter-token latency at its measured batch, and the step model's
-prediction at that same measured load; their ratio is the replica's correction factor. Per (GPU,
+Per replica: its measured inter-token latency, and the step-time factor under which the plan's
+step model, replayed at the replica's measured load, shows it (observe/observe.py). Per (GPU,
 TP): the pooled correction `build --observed` applies. What could not be measured is listed in
 `missing`, never filled in.
 """
@@ -18,6 +18,7 @@ from pydantic import Field
 from hetcompile.frozen import Frozen
 
 OBSERVED_FORMAT: Final = "hetcompile-observed/1"
+MIN_REQUESTS: Final = 20  # measured requests a length or latency needs: for its percentiles (observe), to replace the spec's (build --observed)
 
 
 class Dist(Frozen):
@@ -51,7 +52,7 @@ class ObservedReplica(Frozen):
     scrapes: Annotated[int, Field(ge=0, description="successful /metrics reads in the window")]
     requests: Annotated[int, Field(ge=0, description="requests it finished in the window")]
     running: Annotated[float | None, Field(description="mean sequences running (vllm:num_requests_running over the samples)")] = None
-    decoding: Annotated[float | None, Field(description="C: mean sequences decoding, from the ITL histogram (Little's law): the load predicted_itl_s is at")] = None
+    decoding: Annotated[float | None, Field(description="C: mean sequences decoding, from the ITL histogram (Little's law)")] = None
     waiting: Annotated[float | None, Field(description="mean requests waiting")] = None
     kv_usage: Annotated[float | None, Field(description="mean vllm:kv_cache_usage_perc (0-1)")] = None
     input_tokens: float | None = None

@@ -40,6 +40,10 @@ POLICIES: tuple[str, ...] = ("weighted", "kv-aware", "min-max", "round-robin", "
 
 # the env var that holds the replicas' bearer key, on the replicas (vLLM) and on the router
 VLLM_KEY_ENV = "HC_VLLM_API_KEY"
+# the env var that holds the router's bearer token (clients and `hetcompile router --auth-token-env`)
+ROUTER_TOKEN_ENV = "HC_ROUTER_TOKEN"
+# where deploy keeps the two in OUT (mode 600; a re-run, migrate and observe read them back)
+SECRET_FILES = {ROUTER_TOKEN_ENV: "router.token", VLLM_KEY_ENV: "vllm.key"}
 
 
 
