@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import pickle
 from pathlib import Path
 
 import pytest
@@ -48,13 +51,48 @@ def _content_key(path: Path) -> tuple:
     return (str(path), *((p.name, p.read_bytes()) for p in files))
 
 
-def build(spec: Path, **options):
-    """`compile_spec(spec, **options)`, shared by the whole session (the PipelineResult's IR is frozen)."""
+_SHARED: list[Path] = []  # under xdist, a folder the workers of this run share (set per session below)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_builds(tmp_path_factory: pytest.TempPathFactory):
+    """Under xdist, the run's basetemp (the parent of each worker's popen-gwN, which pytest itself
+    prunes after a few runs) holds the builds one worker made for the other: llama70b-pp (27 s) was
+    built once per worker that needed it."""
+    root = tmp_path_factory.getbasetemp()
+    if root.name.startswith("popen-gw"):
+        _SHARED.append(root.parent / "builds")
+        _SHARED[0].mkdir(exist_ok=True)
+    yield
+    _SHARED.clear()
+
+
+def _built_once(key: tuple, spec: Path, options: dict):
+    """compile_spec, or the pickle another worker of this run wrote for the same key. Builds are
+    deterministic (the same bytes for the same inputs, tests/test_examples.py), so which worker built
+    it does not matter; a file lock makes the second worker wait instead of building it again."""
     from hetcompile.driver import compile_spec
 
+    if not _SHARED:
+        return compile_spec(Path(spec), **options)
+    path = _SHARED[0] / hashlib.sha256(repr(key).encode()).hexdigest()
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        result = compile_spec(Path(spec), **options)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps(result))
+        tmp.replace(path)
+        return result
+
+
+def build(spec: Path, **options):
+    """`compile_spec(spec, **options)`, shared by the whole session, across xdist workers too (the
+    PipelineResult's IR is frozen)."""
     key = (_content_key(spec), *sorted((k, _content_key(v) if isinstance(v, Path) else v) for k, v in options.items()))
     if key not in _BUILDS:
-        _BUILDS[key] = compile_spec(Path(spec), **options)
+        _BUILDS[key] = _built_once(key, spec, options)
     return _BUILDS[key]
 
 
