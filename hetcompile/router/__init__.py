@@ -5,9 +5,10 @@ per request by the plan's policy: weighted (smooth WRR, Helix §5.1), kv-aware m
 §5.2), workload-aware min-max (seed 004 Alg. 2), round-robin and least-outstanding.
 
 Modules: classify (request features, workload class), policies (the math and the pickers),
-state (per-replica counters), table (load and compile the table), health (polling),
-metrics (Prometheus text), upstream (the pooled HTTP/1.1 client of the hot path), proxy (the
-hot path), app (aiohttp app, reload, `serve`).
+state (per-replica counters), disagg (prefill/decode groups: the two request bodies, a group's
+state), table (load and compile the table), health (polling), metrics (Prometheus text),
+upstream (the pooled HTTP/1.1 client of the hot path), proxy (the hot path), app (aiohttp app,
+reload, `serve`).
 
 Entry points: `serve(table, host, port, policy, auth_token, options=...)` blocks;
 `Router(table, ...)` with `await start()` / `await stop()` runs inside an event loop;

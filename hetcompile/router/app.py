@@ -135,13 +135,14 @@ class Router:
 
     # -- table -------------------------------------------------------------------------------
 
-    def _compile(self, previous) -> RouteTable:
+    def _compile(self, previous: RouteTable | None) -> RouteTable:
         o = self.options
         source = load_table(self.table_path)
         try:
             limits = Limits(max_inflight=o.max_inflight, first_byte_timeout=o.first_byte_timeout)
-            t = compile_table(source, previous, policy_override=self.policy_override, high_water=o.kv_high_water,
-                              theta=o.theta, limits=limits)
+            t = compile_table(source, previous.replicas if previous else None, policy_override=self.policy_override,
+                              high_water=o.kv_high_water, theta=o.theta, limits=limits,
+                              previous_groups=previous.groups if previous else None)
         except ValueError as e:
             raise RouterError(f"routing table {self.table_path}: {e}") from None
         self.metrics.table_info.values = {(t.source.plan, t.source.spec_hash): 1.0}
@@ -156,7 +157,7 @@ class Router:
     def reload_now(self) -> RouteTable:
         """Re-read the table file and swap it in; raises `RouterError` and keeps the old one."""
         try:
-            new = self._compile(self.table.replicas)
+            new = self._compile(self.table)
         except RouterError:
             self.metrics.reloads.inc(("error",))
             raise
@@ -315,8 +316,25 @@ def build_app(router: Router) -> web.Application:
             }
             for r in t.replicas.values()
         }
+        for r in t.replicas.values():
+            if r.role is not None:
+                reps[r.id]["role"] = r.role
         classes = {f"{m.name}/{c.name}": c.policy for m in t.models.values() for c in m.classes}
-        return web.json_response({"plan": t.source.plan, "options": asdict(router.options), "classes": classes, "replicas": reps})
+        body = {"plan": t.source.plan, "options": asdict(router.options), "classes": classes, "replicas": reps}
+        if t.groups:
+            body["groups"] = {
+                g.id: {
+                    "model": g.model,
+                    "kv_connector": g.kv_connector,
+                    "policy": g.policy,
+                    "prefill": [r.id for r in g.prefill.replicas],
+                    "decode": [r.id for r in g.decode.replicas],
+                    "routable": g.routable,
+                    "inflight": g.inflight,
+                }
+                for g in t.groups.values()
+            }
+        return web.json_response(body)
 
     app.router.add_post("/v1/completions", proxy.completions)
     app.router.add_post("/v1/chat/completions", proxy.chat_completions)

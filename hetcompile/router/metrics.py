@@ -179,6 +179,9 @@ class RouterMetrics:
         self.reloads = r.add(Counter(P + "reloads_total", "Routing table reloads, by result.", ("result",)))
         self.latency = r.add(Histogram(P + "request_duration_seconds", "Time from request received to response finished, by model.", ("model",)))
         self.ttfb = r.add(Histogram(P + "upstream_first_byte_seconds", "Time from sending upstream to the first response byte, by replica.", ("replica",)))
+        # prefill/decode disaggregation (disagg.py): each phase of a request routed to a group
+        self.pd_phase = r.add(Histogram(P + "pd_phase_duration_seconds", "Successful phases of requests routed to a disaggregated group: prefill from sending to its kv_transfer_params read, decode from sending to the response finished, by group and role.", ("group", "role")))
+        self.pd_attempts = r.add(Counter(P + "pd_attempts_total", "Phase attempts of requests routed to a disaggregated group, by group, role (prefill, decode) and result (ok; failed; no_kv_params: the prefill handed no KV over and the decode computed the prompt itself; client_error: the prefill refused the request and the client got its answer).", ("group", "role", "result")))
         r.add(Gauge(P + "inflight_requests", "Requests in flight, by replica.", ("replica",), fn=lambda: self._per_replica(lambda s: s.inflight)))
         r.add(Gauge(P + "max_inflight", "Admission bound: requests in flight beyond which new ones are refused (absent: unbounded), by replica.", ("replica",),
                     fn=lambda: [((s.id,), float(s.max_inflight)) for s in self._replicas() if s.max_inflight is not None]))
@@ -189,6 +192,8 @@ class RouterMetrics:
         r.add(Gauge(P + "minmax_load", "min-max workload L_s of requests in flight, by replica.", ("replica",), fn=lambda: self._per_replica(lambda s: s.load)))
         r.add(Gauge(P + "replica_healthy", "1 if the replica is admitted by health checks.", ("replica",), fn=lambda: self._per_replica(lambda s: 1.0 if s.healthy else 0.0)))
         r.add(Gauge(P + "replica_routable", "1 if the replica has an endpoint and is healthy.", ("replica",), fn=lambda: self._per_replica(lambda s: 1.0 if s.routable else 0.0)))
+        r.add(Gauge(P + "replica_role", "1 for a replica that runs one phase of a disaggregated group, labelled with that role (prefill, decode): join per-replica series on it.", ("replica", "role"),
+                    fn=lambda: [((s.id, s.role), 1.0) for s in self._replicas() if s.role is not None]))
         self.table_info = r.add(Gauge(P + "table_info", "The loaded routing table.", ("plan", "spec_hash")))
 
     def _per_replica(self, f) -> list[tuple[tuple, float]]:

@@ -19,7 +19,9 @@ Policies (a picker per workload class; every picker only sees the replicas the p
 class a positive weight, that have an endpoint, that are healthy and not excluded by a retry;
 when health checks have ejected every such replica, all deployed ones are candidates again,
 "panic mode"; a new request (`bounded`) sees only those below their admission bound, see
-state.py):
+state.py). A class's candidates may include disaggregated groups, which show a picker the face of
+a replica (disagg.py: `GroupState`); a group's own prefill and decode pickers choose among its
+members with the table's policy:
 
 - weighted: smooth weighted round robin (nginx's "smooth WRR", an interleaved WRR: every
   replica gets its share w_s of each window of picks, spread out, never in bursts; Helix §5.1).
@@ -39,10 +41,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
+    from hetcompile.router.disagg import GroupState
     from hetcompile.router.state import ReplicaState
+
+    # what a picker chooses among: replicas, and for a class also disaggregated groups (disagg.py)
+    Candidate: TypeAlias = "ReplicaState | GroupState"
 
 # exp(θ·u) overflows a float near 709; clamp the exponent, the ordering it encodes is long settled
 _MAX_EXPONENT = 60.0
@@ -134,8 +140,8 @@ def minmax_choose(loads: Sequence[float], costs: Sequence[float]) -> int:
 # pickers: one per workload class, over that class's candidate replicas
 
 
-Choice = tuple["ReplicaState", float, bool]
-"""(replica, L cost to add for min-max (0 otherwise), whether the kv mask overflowed)."""
+Choice = tuple["Candidate", float, bool]
+"""(replica or group, L cost to add for min-max (0 otherwise), whether the kv mask overflowed)."""
 
 
 class Picker:
@@ -145,11 +151,11 @@ class Picker:
 
     __slots__ = ("replicas", "weights")
 
-    def __init__(self, replicas: Sequence["ReplicaState"], weights: Sequence[float], **_: float):
+    def __init__(self, replicas: Sequence["Candidate"], weights: Sequence[float], **_: float):
         self.replicas = tuple(replicas)
         self.weights = tuple(weights)
 
-    def eligible(self, exclude: Sequence["ReplicaState"] | None, bounded: bool = False) -> list[int]:
+    def eligible(self, exclude: Sequence["Candidate"] | None, bounded: bool = False) -> list[int]:
         """Indexes of the replicas this request may go to; `bounded` keeps only those below their
         admission bound (an empty answer then means every candidate is full: 429)."""
         reps = self.replicas
@@ -169,7 +175,7 @@ class Picker:
         return el
 
     def choose(
-        self, kv_tokens: float, prompt_tokens: float, output_tokens: float, exclude: Sequence["ReplicaState"] | None,
+        self, kv_tokens: float, prompt_tokens: float, output_tokens: float, exclude: Sequence["Candidate"] | None,
         bounded: bool = False,
     ) -> Choice | None:
         raise NotImplementedError
@@ -282,7 +288,7 @@ PICKERS: dict[str, type[Picker]] = {
 }
 
 
-def make_picker(policy: str, replicas: Sequence["ReplicaState"], weights: Sequence[float], *, high_water: float, theta: float) -> Picker:
+def make_picker(policy: str, replicas: Sequence["Candidate"], weights: Sequence[float], *, high_water: float, theta: float) -> Picker:
     """The picker for `policy` over a class's candidates."""
     try:
         cls = PICKERS[policy]

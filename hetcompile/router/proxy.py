@@ -28,6 +28,16 @@ answer, which vLLM sends when the last token is done, so that deadline adds `max
 slowest planned decode) is abandoned, counted against the replica like a failed connect, and
 retried elsewhere. A replica that accepts requests and never answers while /health says 200 is
 so ejected after `fail_threshold` attempts, in one timeout rather than the whole read timeout.
+
+Disaggregated groups (issue 35, disagg.py): when the class's picker chooses a group, the request
+runs in two steps inside it, each step on a member chosen by the group's own picker, with that
+member's health, ejection, admission and lease: a prefill (the rewritten body, one token,
+answered whole) and a decode (the client's body with the prefill's `kv_transfer_params`, passed
+back as an aggregated replica's answer is). A failed prefill is retried on another prefill
+replica; a decode that fails before the client got a byte is retried on another decode replica
+after a new prefill (`forward_group` says why the first prefill's KV is not reused). Each side
+has the budget of `max_retries` retries; when they are spent the group counts as one failed
+attempt of the class.
 """
 
 from __future__ import annotations
@@ -38,18 +48,21 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiohttp import compression_utils, web
 
+from hetcompile.router.disagg import GroupState, PdTries, answered_kv_params, decode_body, pd_request_id, prefill_body
 from hetcompile.router.metrics import RouterMetrics
-from hetcompile.router.table import RouteTable
+from hetcompile.router.table import ClassRoute, RouteTable
 from hetcompile.router.upstream import UpstreamPool
-from hetcompile.router.classify import BadRequest, match_class, parse_request, predicted_output_tokens
+from hetcompile.router.classify import BadRequest, RequestInfo, match_class, parse_request, predicted_output_tokens
 from hetcompile.router.upstream import Response as UpstreamResponse
 from hetcompile.router.upstream import ReadTimeout, UpstreamError
 
 if TYPE_CHECKING:
+    from hetcompile.router.policies import Candidate, Picker
     from hetcompile.router.state import Lease, ReplicaState
 
 log = logging.getLogger("hetcompile.router")
@@ -80,6 +93,17 @@ def error_response(status: int, message: str, type_: str, param: str | None = No
 def invalid_request(status: int, message: str, param: str | None = None) -> web.Response:
     """A 4xx for input the router cannot use, typed as OpenAI types it (`invalid_request_error`)."""
     return error_response(status, message, INVALID_REQUEST, param)
+
+
+def forwarded_headers(request: web.Request, request_id: str | None = None) -> bytes:
+    """The client's tracing headers, as header lines to send upstream; `request_id`, when given,
+    replaces the client's X-Request-Id."""
+    extra = b""
+    for h in _FORWARD_HEADERS:
+        v = request_id if request_id is not None and h == "X-Request-Id" else request.headers.get(h)
+        if v is not None and "\r" not in v and "\n" not in v:
+            extra += f"{h}: {v}\r\n".encode("latin-1", "replace")
+    return extra
 
 
 def _sse_cut(buf: bytes) -> int:
@@ -124,6 +148,33 @@ class _Retry(Exception):
     def __init__(self, kind: str, detail: str):
         self.kind = kind
         self.detail = detail
+
+
+@dataclass(slots=True)
+class Outbound:
+    """One client request as its attempts forward it."""
+
+    request: web.Request
+    model: str
+    cls: ClassRoute
+    info: RequestInfo
+    target: bytes  # the request line's path
+    body: bytes  # the client's body, unchanged
+    extra: bytes  # forwarded tracing headers
+    kv_tokens: float  # I_r + Õ_r
+    out_tokens: float  # Õ_r
+
+
+def _kv_params(resp: web.StreamResponse) -> dict | None:
+    """The kv_transfer_params of a prefill's 200 answer (forward() read it whole); `_Retry` when
+    the answer is not what a prefill answers."""
+    body = resp.body if isinstance(resp, web.Response) else None
+    if not isinstance(body, bytes):
+        raise _Retry("prefill_bad_answer", "the prefill's answer has no body")
+    try:
+        return answered_kv_params(body)
+    except ValueError as e:
+        raise _Retry("prefill_bad_answer", str(e)) from None
 
 
 class Proxy:
@@ -187,39 +238,46 @@ class Proxy:
         cls = model.classes[match_class(model.matches, info, request.headers)]
         out_tokens = info.n_seqs * predicted_output_tokens(cls.output_tokens, info.max_tokens)
         kv_tokens = info.prompt_tokens + out_tokens  # I_r + Õ_r
+        out = Outbound(request, model.name, cls, info, request.raw_path.encode("latin-1", "replace"), body,
+                       forwarded_headers(request), kv_tokens, out_tokens)
+        resp = await self.attempts(out)
+        m.requests.inc((model.name, cls.name, str(resp.status)))
+        m.latency.observe((model.name,), time.perf_counter() - t0)
+        return resp
 
-        extra = b""
-        for h in _FORWARD_HEADERS:
-            v = request.headers.get(h)
-            if v is not None and "\r" not in v and "\n" not in v:
-                extra += f"{h}: {v}\r\n".encode("latin-1", "replace")
-        target = request.raw_path.encode("latin-1", "replace")
-
-        picker = cls.picker
-        tried: list["ReplicaState"] = []
+    async def attempts(self, out: Outbound) -> web.StreamResponse:
+        """Try the class's candidates, a replica or a group each time, until one answers; else the
+        router's own answer (429, 503 or 502)."""
+        m = self.m
+        picker = out.cls.picker
+        tried: list["Candidate"] = []
         last_error = "no replica was tried"
-        resp: web.StreamResponse | None = None
         for attempt in range(self.max_retries + 1):
-            choice = await self.pick(picker, kv_tokens, info.prompt_tokens, out_tokens, tried, attempt)
+            choice = await self.pick(picker, out.kv_tokens, out.info.prompt_tokens, out.out_tokens, tried, attempt)
             if choice is None:
                 break
             replica, cost, overflow = choice
-            m.choices.inc((cls.policy, replica.id))
+            m.choices.inc((out.cls.policy, replica.id))
             if overflow:
-                m.kv_overflow.inc((model.name, cls.name))
-            lease = replica.acquire(kv_tokens, cost)
+                m.kv_overflow.inc((out.model, out.cls.name))
+            lease = replica.acquire(out.kv_tokens, cost)
+            final = attempt == self.max_retries
             try:
-                resp = await self.forward(request, replica, lease, target, body, extra, info.stream,
-                                          final=attempt == self.max_retries, max_tokens=info.max_tokens)
+                if isinstance(replica, GroupState):
+                    # it retries within itself: its last try is the class's unless another candidate is left
+                    return await self.forward_group(out, replica, lease, final or not picker.eligible([*tried, replica]))
+                return await self.forward(out.request, replica, lease, out.target, out.body, out.extra, out.info.stream,
+                                          final=final, max_tokens=out.info.max_tokens)
             except _Retry as r:
                 lease.release()
                 replica.passive_failure(self.fall)
                 m.errors.inc((r.kind,))
-                if attempt < self.max_retries:
-                    m.retries.inc((replica.id,))
                 last_error = f"{replica.id}: {r.detail}"
                 tried.append(replica)
-                continue
+                # a group has retried within itself: try again only on another candidate
+                if final or (isinstance(replica, GroupState) and not picker.eligible(tried)):
+                    break
+                m.retries.inc((replica.id,))
             except asyncio.CancelledError:
                 # the client went away (handler cancellation); forward already closed upstream
                 lease.release()
@@ -228,23 +286,24 @@ class Proxy:
             except BaseException:
                 lease.release()
                 raise
-            break
-        if resp is None:
-            if not tried and any(r.endpoint is not None for r in picker.replicas):
-                m.rejected.inc((model.name, cls.name))
-                resp = overloaded(model.name, cls.name, picker.replicas)
-            elif not tried:
-                m.errors.inc(("no_replica",))
-                resp = error_response(503, f"no deployed replica for model {model.name!r} class {cls.name!r}", "ServiceUnavailableError")
-            else:
-                m.errors.inc(("exhausted",))
-                resp = error_response(502, f"every attempt failed; last: {last_error}", "BadGatewayError")
-        m.requests.inc((model.name, cls.name, str(resp.status)))
-        m.latency.observe((model.name,), time.perf_counter() - t0)
-        return resp
+        return self.no_answer(out, picker, tried, last_error)
+
+    def no_answer(self, out: Outbound, picker: "Picker", tried: list, last_error: str) -> web.Response:
+        """The router's answer when no attempt answered: 429 (every candidate full), 503 (none
+        deployed) or 502 (every attempt failed)."""
+        m = self.m
+        if not tried and any(r.endpoint is not None for r in picker.replicas):
+            m.rejected.inc((out.model, out.cls.name))
+            return overloaded(out.model, out.cls.name, picker.replicas)
+        if not tried:
+            m.errors.inc(("no_replica",))
+            return error_response(503, f"no deployed replica for model {out.model!r} class {out.cls.name!r}",
+                                  "ServiceUnavailableError")
+        m.errors.inc(("exhausted",))
+        return error_response(502, f"every attempt failed; last: {last_error}", "BadGatewayError")
 
     async def pick(self, picker, kv_tokens: float, prompt_tokens: float, out_tokens: float,
-                   tried: list["ReplicaState"], attempt: int):
+                   tried: list["Candidate"], attempt: int):
         """The replica for this attempt, or None: at attempt 0 (admission) None means every
         candidate is full or none is deployed; later, every candidate failed even after a backoff."""
         if attempt == 0:
@@ -398,3 +457,118 @@ class Proxy:
         finally:
             lease.release()
         return out
+
+    # -- disaggregated groups (disagg.py) -----------------------------------------------------
+
+    async def forward_group(self, out: Outbound, group: GroupState, lease: "Lease", final: bool) -> web.StreamResponse:
+        """One attempt on a disaggregated group: a prefill, then a decode with its KV.
+
+        Raises `_Retry` when every try failed (the class may try another candidate). A decode
+        that failed is retried after a new prefill, not with the KV the last one made: NIXL's
+        decode pulls the prompt's blocks from the prefill (a READ) and then tells it to free
+        them (`NixlConnectorScheduler` keeps them until that notice or
+        VLLM_NIXL_ABORT_REQUEST_TIMEOUT); the router cannot tell whether a decode that failed
+        (a 5xx or a timeout after the transfer) had pulled them already, and a second READ of
+        freed blocks, reused by another request, would read that request's KV.
+        """
+        try:
+            req = json.loads(out.body)  # an object: parse_request checked it
+            p_body = prefill_body(req)
+            s = PdTries()
+            while s.decodes <= self.max_retries:
+                # one X-Request-Id for a prefill and its decode (disagg.py), a new one per try: a
+                # re-run prefill must not meet the last one's request, which may still hold its KV
+                extra = forwarded_headers(out.request, pd_request_id(out.request.headers.get("X-Request-Id")))
+                # the decode replica is chosen first and holds the request while the prefill runs:
+                # its admission bound and KV estimate count the request from admission on, as an
+                # aggregated replica's do (its KV lands there)
+                decode, d_lease = await self._reserve_decode(out, group, s)
+                try:
+                    kv = await self._prefill(out, group, p_body, extra, s)
+                    if isinstance(kv, web.StreamResponse):
+                        return kv
+                    resp = await self._decode(out, group, decode, d_lease, decode_body(req, kv), extra, s, final)
+                finally:
+                    d_lease.release()
+                if resp is not None:
+                    return resp
+            raise _Retry("pd_exhausted", f"group {group.id}: every decode failed; last: {s.last}")
+        finally:
+            lease.release()
+
+    async def _reserve_decode(self, out: Outbound, group: GroupState, s: PdTries) -> tuple["ReplicaState", "Lease"]:
+        """The decode replica of this try, with the request's lease on it."""
+        # admitted already (the class's picker saw room in the group): prefer room, never refuse.
+        # T_r^s with no prompt tokens: the decode pulls the prompt's KV, it does not compute it
+        choice = await self.pick(group.decode, out.kv_tokens, 0.0, out.out_tokens, s.d_tried, max(s.decodes, 1))
+        if choice is None:
+            raise _Retry("no_replica", f"group {group.id} has no deployed decode replica")
+        replica, cost, _ = choice
+        self.m.choices.inc((group.policy, replica.id))
+        return replica, replica.acquire(out.kv_tokens, cost)
+
+    async def _prefill(self, out: Outbound, group: GroupState, body: bytes, extra: bytes,
+                       s: PdTries) -> dict | None | web.StreamResponse:
+        """Prefills until one answers: its kv_transfer_params (None: it handed no KV over), or the
+        answer of a prefill that refused the request (a 4xx, the client's error, for the client)."""
+        m = self.m
+        info = out.info
+        kv_tokens = info.prompt_tokens + info.n_seqs  # the prompt and one token, held until the decode pulls them
+        while True:
+            # admitted already (the class's picker saw room in the group): prefer room, never refuse
+            choice = await self.pick(group.prefill, kv_tokens, info.prompt_tokens, info.n_seqs, s.p_tried, max(s.prefills, 1))
+            if choice is None:
+                raise _Retry("no_replica", f"group {group.id} has no deployed prefill replica")
+            replica, cost, _ = choice
+            m.choices.inc((group.policy, replica.id))
+            s.prefills += 1
+            lease = replica.acquire(kv_tokens, cost)
+            t0 = time.perf_counter()
+            try:
+                resp = await self.forward(out.request, replica, lease, out.target, body, extra, False, final=False, max_tokens=1)
+                if resp.status != 200:
+                    m.pd_attempts.inc((group.id, "prefill", "client_error"))
+                    return resp
+                kv = _kv_params(resp)
+            except _Retry as r:
+                s.prefill_fails += 1
+                more = s.prefill_fails <= self.max_retries
+                self._member_failed(group, "prefill", replica, r, more, s)
+                s.p_tried.append(replica)
+                if not more:
+                    raise _Retry("pd_exhausted", f"group {group.id}: every prefill failed; last: {s.last}") from None
+                continue
+            finally:
+                lease.release()
+            m.pd_phase.observe((group.id, "prefill"), time.perf_counter() - t0)
+            m.pd_attempts.inc((group.id, "prefill", "ok" if kv is not None else "no_kv_params"))
+            return kv
+
+    async def _decode(self, out: Outbound, group: GroupState, replica: "ReplicaState", lease: "Lease", body: bytes,
+                      extra: bytes, s: PdTries, final: bool) -> web.StreamResponse | None:
+        """The decode, answered or streamed to the client; None when it failed before the client
+        got a byte (the caller tries again, with a new prefill, while decodes are left)."""
+        m = self.m
+        s.decodes += 1
+        more = s.decodes <= self.max_retries
+        t0 = time.perf_counter()
+        try:
+            # the last decode of the class's last attempt passes a 5xx on, as an aggregated replica's
+            resp = await self.forward(out.request, replica, lease, out.target, body, extra, out.info.stream,
+                                      final=final and not more, max_tokens=out.info.max_tokens)
+        except _Retry as r:
+            self._member_failed(group, "decode", replica, r, more, s)
+            s.d_tried.append(replica)
+            return None
+        m.pd_phase.observe((group.id, "decode"), time.perf_counter() - t0)
+        m.pd_attempts.inc((group.id, "decode", "ok" if resp.status < 500 else "failed"))
+        return resp
+
+    def _member_failed(self, group: GroupState, role: str, replica: "Candidate", r: _Retry, more: bool, s: PdTries) -> None:
+        """Count a failed prefill or decode against its replica, as a failed aggregated attempt is."""
+        replica.passive_failure(self.fall)
+        self.m.errors.inc((r.kind,))
+        self.m.pd_attempts.inc((group.id, role, "failed"))
+        if more:
+            self.m.retries.inc((replica.id,))
+        s.last = f"{replica.id}: {r.detail}"

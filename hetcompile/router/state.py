@@ -12,9 +12,13 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hetcompile.plan.routing import RoutedReplica
 from hetcompile.router.upstream import parse_endpoint
+
+if TYPE_CHECKING:
+    from hetcompile.router.disagg import GroupState
 
 log = logging.getLogger("hetcompile.router")
 
@@ -94,7 +98,7 @@ class ReplicaState:
         "inflight", "inflight_kv", "load",
         "obs_kv", "obs_running", "obs_waiting", "est_at_poll", "released_since_poll",
         "passive_until", "passive_backoff", "passive_fails", "max_inflight", "first_byte_timeout", "retry_after",
-        "token_time",
+        "token_time", "role",
     )  # fmt: skip
 
     def __init__(self, spec: RoutedReplica, limits: Limits = Limits()):
@@ -121,6 +125,7 @@ class ReplicaState:
         """Take the static fields of a (re)loaded table entry."""
         self.id = spec.id
         self.model = spec.model
+        self.role = spec.role  # prefill, decode (a member of a disaggregated group) or None
         self.endpoint = spec.endpoint.rstrip("/") if spec.endpoint else None
         self.conn_key = None
         self.base_path = b""
@@ -246,11 +251,12 @@ class ReplicaState:
 
 
 class Lease:
-    """One request's hold on a replica; `release` is idempotent so every exit path may call it."""
+    """One request's hold on a replica (or a disaggregated group, disagg.py); `release` is
+    idempotent so every exit path may call it."""
 
     __slots__ = ("replica", "kv_tokens", "load", "done")
 
-    def __init__(self, replica: ReplicaState, kv_tokens: float, load: float):
+    def __init__(self, replica: "ReplicaState | GroupState", kv_tokens: float, load: float):
         self.replica = replica
         self.kv_tokens = kv_tokens
         self.load = load

@@ -6,6 +6,13 @@ plain and SSE (`data: {...}\\n\\n` chunks, `data: [DONE]`), `/health` 200 with a
 `{"error": {...}}`. Behaviour is mutable at run time through `FakeVllm.b` (a `Behavior`):
 slow, failing, hanging, dying, breaking streams, gated streams, reported KV usage.
 
+P/D disaggregation (`kv_role`, hetcompile/router/disagg.py): a "prefill" fake checks what vLLM's
+NIXL prefill needs (kv_transfer_params with do_remote_decode, stream false, max_tokens 1, no
+stream_options or min_tokens; 400 otherwise) and answers with top-level kv_transfer_params as
+NixlConnectorScheduler.request_finished makes them, keeping them in the group's `kv_store`; a
+"decode" fake accepts only params a prefill put there, each once (a second read of the same KV
+is an error, as reading freed blocks would be), and counts requests that came without params.
+
 In-process: `async with FakeVllm("a") as f: f.url`. As a process (for kill -9 tests):
 `python tests/router/fake_vllm.py --name a [--delay S]` prints `PORT <n>` once listening.
 Always binds 127.0.0.1.
@@ -42,6 +49,13 @@ class Behavior:
     hold: asyncio.Event | None = None  # completions wait for this before answering (a full replica)
     slots: int | None = None  # serve at most this many at once, the rest wait in FIFO order (vLLM's queue)
     stall_first: bool = False  # streams: send the head, then never the first chunk (prefill hung)
+    kv_role: str | None = None  # "prefill" or "decode": one side of a disaggregated group (see above)
+    kv_store: dict | None = None  # a group's KV handed over: remote_request_id -> the prefill's kv_transfer_params
+    kv_missing: bool = False  # prefill: answer without kv_transfer_params (the one token was already a stop)
+
+
+PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+                     "remote_block_ids": None, "remote_host": None, "remote_port": None}
 
 
 @dataclass
@@ -64,6 +78,8 @@ class FakeVllm:
         self.metrics_polls = 0
         self.ahead: list[int] = []  # per completion request: how many were in flight when it arrived
         self.peak_inflight = 0
+        self.kv_handed: list[dict] = []  # prefill: the kv_transfer_params answered, in order
+        self.local_prefills = 0  # decode: requests that came without kv_transfer_params
         self._slots: asyncio.Semaphore | None = None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -151,6 +167,9 @@ class FakeVllm:
             if b.fail_count is not None:
                 b.fail_count -= 1
             return self._error(b.fail_status, "engine failed", "InternalServerError")
+        problem = self._kv_check(req)
+        if problem is not None:
+            return self._error(400, problem, "BadRequestError")
         self.ahead.append(self.inflight)
         self.inflight += 1
         self.peak_inflight = max(self.peak_inflight, self.inflight)
@@ -189,14 +208,45 @@ class FakeVllm:
         if req.get("stream"):
             resp = await self._stream(request, rid, n, chat)
         else:
-            resp = self._whole(rid, n, chat)
+            resp = self._whole(rid, n, chat, self._handed_kv(rid))
         self.completed += 1
         return resp
+
+    def _kv_check(self, req: dict) -> str | None:
+        """What a disaggregated vLLM would refuse in this request (None: nothing)."""
+        b = self.b
+        kv = req.get("kv_transfer_params")
+        if b.kv_role == "prefill":
+            if kv != PREFILL_KV_PARAMS:
+                return f"prefill: kv_transfer_params {kv!r} are not a remote-decode prefill's"
+            if req.get("stream") is not False or req.get("max_tokens") != 1 or "stream_options" in req:
+                return "prefill: wants stream false, max_tokens 1 and no stream_options"
+            if req.get("max_completion_tokens", 1) != 1 or "min_tokens" in req or "min_completion_tokens" in req:
+                return "prefill: max_completion_tokens must be 1 and min_tokens absent"
+        elif b.kv_role == "decode":
+            if kv is None:
+                self.local_prefills += 1
+            elif b.kv_store is None or b.kv_store.pop(kv.get("remote_request_id"), None) != kv:
+                return f"decode: kv_transfer_params {kv!r} match no prefill's KV (or it was read already)"
+        return None
+
+    def _handed_kv(self, rid: str) -> dict | None:
+        """A prefill's kv_transfer_params for its answer, kept for the decode that will read them."""
+        b = self.b
+        if b.kv_role != "prefill" or b.kv_missing:
+            return None
+        kv = {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": [self._ids, self._ids + 1],
+              "remote_engine_id": f"engine-{self.name}", "remote_request_id": rid, "remote_host": "127.0.0.1",
+              "remote_port": 5600, "tp_size": 1}
+        if b.kv_store is not None:
+            b.kv_store[rid] = kv
+        self.kv_handed.append(kv)
+        return kv
 
     def _error(self, status: int, msg: str, type_: str) -> web.Response:
         return web.json_response({"error": {"message": msg, "type": type_, "param": None, "code": status}}, status=status)
 
-    def _whole(self, rid: str, n: int, chat: bool) -> web.Response:
+    def _whole(self, rid: str, n: int, chat: bool, kv: dict | None = None) -> web.Response:
         text = "".join(f" w{i}" for i in range(n))
         usage = {"prompt_tokens": 4, "total_tokens": 4 + n, "completion_tokens": n}
         if chat:
@@ -206,6 +256,8 @@ class FakeVllm:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}
             obj = "text_completion"
         body = {"id": rid, "object": obj, "created": int(time.time()), "model": self.model, "choices": [choice], "usage": usage}
+        if self.b.kv_role is not None:
+            body["kv_transfer_params"] = kv  # vLLM's answer has the key, null when nothing was handed over
         return web.json_response(body, headers={"X-Backend": self.name})
 
     def _chunk(self, rid: str, i: int, n: int, chat: bool) -> bytes:
