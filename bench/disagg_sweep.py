@@ -26,6 +26,7 @@ compose would read. Deterministic: the same arguments print the same table.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from hetcompile.driver import compile_spec  # noqa: E402
 from hetcompile.ir.units import parse_duration  # noqa: E402
 from hetcompile.perf.disagg import size  # noqa: E402
+from hetcompile.simulate.disagg import replay_group, replay_replicas  # noqa: E402
 
 PRICES = {"H100": 3.90, "A100-80GB": 3.67, "L40S": 1.86}  # $/GPU-h: GCP H100 / A100-80GB, AWS g6e (L40S)
 LINK_LATENCY_S = 50e-6
@@ -78,20 +80,22 @@ def mine(ir, w) -> list:
     return own or [s for s in ir.shapes if s.model == w.model and "|slo:" not in s.id]
 
 
-def best_aggregated(ir, w) -> tuple[float, str]:
-    best = (0.0, "-")
+def best_aggregated(ir, w) -> tuple:
+    """(req/s per $/h, label, shape, its sized rate) of the best aggregated shape for w."""
+    best: tuple = (0.0, "-", None, 0.0)
     for s in mine(ir, w):
         rate = dict(s.estimate.throughput_rps).get(w.name, 0.0)
         per_dollar = rate / (s.gpus * PRICES[s.gpu])
         if per_dollar > best[0]:
-            best = (per_dollar, f"{s.gpu} TP{s.tp} PP{s.pp}")
+            best = (per_dollar, f"{s.gpu} TP{s.tp} PP{s.pp}", s, rate)
     return best
 
 
-def best_disaggregated(ir, w, kv: float, link_gbps: float | None, ttft: float, tpot: float) -> tuple[float, str]:
-    """link_gbps None: only pairs that share one node (same type, both fit 8 GPUs), over its interconnect."""
+def best_disaggregated(ir, w, kv: float, link_gbps: float | None, ttft: float, tpot: float) -> tuple:
+    """(req/s per $/h, label, prefill shape, decode shape, GroupEstimate) of the best pair for w;
+    link_gbps None: only pairs that share one node (same type, both fit 8 GPUs), over its interconnect."""
     singles = [s for s in mine(ir, w) if s.pp == 1]
-    best = (0.0, "-")
+    best: tuple = (0.0, "-", None, None, None)
     for p in singles:
         for d in singles:
             if link_gbps is None:
@@ -108,8 +112,29 @@ def best_disaggregated(ir, w, kv: float, link_gbps: float | None, ttft: float, t
             if 1.0 / cost > best[0]:
                 ratio = g.prefill.requests_per_s / g.decode.requests_per_s
                 best = (1.0 / cost, f"P {p.gpu} TP{p.tp} : D {d.gpu} TP{d.tp} = 1:{ratio:.2g} (TTFT {g.ttft_s:.2f}s, "
-                                    f"TPOT {g.tpot_s * 1e3:.0f}ms, KV {g.transfer_s * 1e3:.0f}ms)")
+                                    f"TPOT {g.tpot_s * 1e3:.0f}ms, KV {g.transfer_s * 1e3:.0f}ms)", p, d, g)
     return best
+
+
+def simulated(w, agg: tuple, dis: tuple, duration: float) -> str:
+    """Both winners replayed in the engine model (simulate/disagg.py) at the loads they were sized
+    for: one aggregated replica; one decode replica with as many prefill replicas as it needs
+    (ceil(h_D / h_P)), whose whole-replica cost per req/s is what a plan would pay. p99 TTFT / TPOT."""
+    I, O = int(w.input_tokens), int(w.output_tokens)
+    out = []
+    if agg[2] is not None:
+        r = replay_replicas(agg[2].estimate.step_model, 1, I, O, agg[3], duration)
+        out.append(f"agg {r.quantile(r.ttft_s, 0.99):.2f}s/{r.quantile(r.tpot_s, 0.99) * 1e3:.0f}ms")
+    if dis[2] is not None:
+        p, d, g = dis[2], dis[3], dis[4]
+        n_p = math.ceil(g.decode.requests_per_s / g.prefill.requests_per_s - 1e-9)
+        rate = min(n_p * g.prefill.requests_per_s, g.decode.requests_per_s)
+        rm_d = d.estimate.step_model.model_copy(update={"max_num_seqs": g.decode.max_num_seqs})
+        r = replay_group(p.estimate.step_model, rm_d, n_p, 1, I, O, rate, g.transfer_s, duration)
+        dollars = n_p * p.gpus * PRICES[p.gpu] + d.gpus * PRICES[d.gpu]
+        out.append(f"P/D {n_p}:1 {r.quantile(r.ttft_s, 0.99):.2f}s/{r.quantile(r.tpot_s, 0.99) * 1e3:.0f}ms "
+                   f"{rate / dollars:.3f} req/s per $/h")
+    return "; ".join(out)
 
 
 def main() -> None:
@@ -121,6 +146,7 @@ def main() -> None:
     ap.add_argument("--ttft", default="2s")
     ap.add_argument("--links", default="10,100,400")
     ap.add_argument("--quick", action="store_true", help="prompts 512 and 8192, TPOT 20 ms only")
+    ap.add_argument("--simulate", type=float, default=300.0, help="seconds of each simulated check (0: none)")
     a = ap.parse_args()
     if a.quick:
         a.inputs, a.tpot = "512,8192", "20ms"
@@ -135,16 +161,21 @@ def main() -> None:
     print("req/s per $/h: aggregated (best shape), disaggregated in one node, and across nodes per link (Gbit/s)")
     head = f"{'prompt':>7} {'TPOT':>6} {'aggregated':>11} {'one node':>9} " + " ".join(f"{f'{x:g} Gb/s':>9}" for x in links)
     print(head + "   best aggregated | best disaggregated")
+    checks = []
     for w in sorted(ir.workloads, key=lambda w: (w.input_tokens, w.tpot_slo)):
         tpot = w.tpot_slo
-        agg, agg_shape = best_aggregated(ir, w)
-        node, node_pair = best_disaggregated(ir, w, kv, None, ttft, tpot)
+        agg = best_aggregated(ir, w)
+        node = best_disaggregated(ir, w, kv, None, ttft, tpot)
         across = [best_disaggregated(ir, w, kv, x, ttft, tpot) for x in links]
-        top = max([(node, node_pair)] + across, key=lambda x: x[0])  # ties: the first (one node, then the slowest link)
-        print(f"{w.input_tokens:>7.0f} {tpot * 1e3:>4.0f}ms {agg:>11.3f} {node:>9.3f} "
-              + " ".join(f"{v:>9.3f}" for v, _ in across)
-              + f"   {agg_shape} | {top[1]}" + (f"  x{top[0] / agg:.2f}" if agg > 0 else ""))
-
+        top = max([node] + across, key=lambda x: x[0])  # ties: the first (one node, then the slowest link)
+        print(f"{w.input_tokens:>7.0f} {tpot * 1e3:>4.0f}ms {agg[0]:>11.3f} {node[0]:>9.3f} "
+              + " ".join(f"{x[0]:>9.3f}" for x in across)
+              + f"   {agg[1]} | {top[1]}" + (f"  x{top[0] / agg[0]:.2f}" if agg[0] > 0 else ""))
+        checks.append((w, agg, top))
+    if a.simulate > 0:
+        print(f"simulated {a.simulate:g} s at the sized loads, p99 TTFT / p99 TPOT (targets {ttft:g} s / per row):")
+        for w, agg, top in checks:
+            print(f"{w.input_tokens:>7.0f} {w.tpot_slo * 1e3:>4.0f}ms   {simulated(w, agg, top, a.simulate)}")
 
 if __name__ == "__main__":
     main()

@@ -101,3 +101,47 @@ def test_a_sized_group_meets_both_targets_at_its_loads() -> None:
     # a target the transfer and the decode side already spend is unmeetable on the prefill side
     tight = size(rm, rm, 2048, 256, 0, per_token, (1e-4, 50e9), 0.9 * g.transfer_s, 0.03)
     assert not tight.feasible and tight.prefill.binding == "slo-unmeetable"
+
+
+def test_a_sized_group_holds_its_targets_in_the_simulator() -> None:
+    """The analytic sizing against the engine model (simulate/disagg.py): 7 prefill replicas on one H100
+    each and one decode replica on four, at the load perf/disagg sized them for, keep every request's
+    p99 TTFT and TPOT within the targets, and every request finishes (no queue grows)."""
+    from hetcompile.simulate.disagg import replay_group
+
+    arch, rp = _rm("H100", 1)
+    _, rd = _rm("H100", 4)
+    per_token = arch.layers * 2 * arch.kv_heads * arch.head_dim * 2
+    g = size(rp, rd, 8192, 256, 0, per_token, (5e-5, 50e9), 2.0, 0.02)
+    n_prefill = math.ceil(g.decode.requests_per_s / g.prefill.requests_per_s)
+    rate = min(n_prefill * g.prefill.requests_per_s, g.decode.requests_per_s)
+    run = replay_group(rp, rd.model_copy(update={"max_num_seqs": g.decode.max_num_seqs}), n_prefill, 1, 8192, 256,
+                       rate, g.transfer_s, 200.0, seed=1)
+    assert run.arrived > 3000 and run.completed == run.arrived
+    assert run.quantile(run.ttft_s, 0.99) <= 2.0
+    assert run.quantile(run.tpot_s, 0.99) <= 0.02
+    # the decode side runs decode-only steps: its TPOT never shows a prompt's chunk
+    assert max(run.tpot_s) <= g.tpot_s * 1.001
+
+
+def test_without_a_transfer_the_group_is_faster_and_a_slow_link_shows_in_ttft() -> None:
+    from hetcompile.simulate.disagg import replay_group
+
+    _, rm = _rm("H100", 1)
+    runs = [replay_group(rm, rm, 2, 1, 4096, 128, 4.0, transfer, 100.0, seed=0) for transfer in (0.0, 0.5)]
+    p50 = [r.quantile(r.ttft_s, 0.5) for r in runs]
+    assert p50[1] - p50[0] == pytest.approx(0.5, abs=0.05)
+    assert runs[0].quantile(runs[0].tpot_s, 0.5) == pytest.approx(runs[1].quantile(runs[1].tpot_s, 0.5), rel=0.05)
+
+
+def test_the_engines_decode_runs_give_the_step_by_step_results_in_a_group() -> None:
+    """A prefill's completion submits a request to a decode replica that may be inside a decode run
+    computed before that submission existed (Driver.at_from_step cuts it back): with and without
+    decode runs the group's every TTFT and TPOT are the same, bit for bit."""
+    from hetcompile.simulate.disagg import replay_group
+
+    _, rm = _rm("H100", 1)
+    for transfer in (0.0, 0.02):
+        fast, slow = (replay_group(rm, rm, 2, 1, 4096, 128, 4.0, transfer, 60.0, seed=3, decode_runs=runs)
+                      for runs in (True, False))
+        assert fast.ttft_s == slow.ttft_s and fast.tpot_s == slow.tpot_s

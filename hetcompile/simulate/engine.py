@@ -507,6 +507,15 @@ class Driver:
         rep.run = run
         self.loop.at(run.ends[-1], self._run_done, rep, run, guard=False)
 
+    def at_from_step(self, t: float, fn, *args) -> None:
+        """Schedule at t an event that may submit a request, from inside a step's completion (a
+        disaggregated group's prefill hands its request on to a decode replica, simulate/disagg.py).
+        A decode run in flight was computed before this guard existed and may reach past it, so
+        every run is first cut back to the steps completed by now (`settle`): the replica then plans
+        its next run with this guard in view, and the results stay those of step-by-step events."""
+        self.settle(self.loop.now, False)
+        self.loop.at(t, fn, *args)
+
     def _run_done(self, rep: ReplicaSim, run: _DecodeRun) -> None:
         if rep.run is not run:  # cut back by settle: its next step is an ordinary event now
             return
