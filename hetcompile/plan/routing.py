@@ -27,7 +27,7 @@ Semantics:
 - Prefill/decode disaggregation (issue 35): a `DisaggregatedGroup` pairs replicas that run only
   the prefill (`role: prefill`) with replicas that run only the decode (`role: decode`) of one
   model, their vLLMs started with `--kv-transfer-config` of the group's `kv_connector` (`kv_role`
-  `kv_both`). Class `weights` name a group id as they name a replica (replica and group ids are
+  `kv_producer` on prefill replicas, `kv_consumer` on decode replicas). Class `weights` name a group id as they name a replica (replica and group ids are
   one namespace); a replica with a role never takes class traffic itself. A request routed to a
   group runs in two steps: the prefill replica (chosen by the group's `prefill` weights) computes
   the prompt's KV and answers one token with `kv_transfer_params`, then the decode replica (by
@@ -157,7 +157,7 @@ class DisaggregatedGroup(Frozen):
     ]
     kv_connector: Annotated[
         str,
-        Field(default="NixlConnector", description="vLLM KV connector of the members' --kv-transfer-config (kv_role kv_both)"),
+        Field(default="NixlConnector", description="vLLM KV connector of the members' --kv-transfer-config (kv_role kv_producer on prefill replicas, kv_consumer on decode replicas)"),
     ] = "NixlConnector"
 
 

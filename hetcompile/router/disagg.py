@@ -2,7 +2,10 @@
 
 A `DisaggregatedGroup` of the routing table (plan/routing.py) pairs replicas that run only the
 prefill with replicas that run only the decode; their vLLMs run with
-`--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'`. The router
+`--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'` on the prefill
+replicas and `"kv_role":"kv_consumer"` on the decode replicas (vLLM 0.32 deprecates `kv_both` for
+NixlConnector: `nixl/connector.py` warns; the request's `kv_transfer_params` decide the direction,
+the role only what each side keeps). The router
 serves a request routed to a group in two steps (proxy.py, `Proxy.forward_group`):
 
 1. prefill: the client's body with `kv_transfer_params` = `PREFILL_KV_PARAMS`
@@ -22,10 +25,10 @@ as vLLM's proxy sends them: before NIXL_CONNECTOR_VERSION 2 put `remote_request_
 params, the decode could name the prefill's request only by its own id, so one id for both keeps
 such versions working. Each try (a re-run prefill and its decode) gets a new id.
 
-A prefill that answers 200 without `kv_transfer_params` (null or absent) is no failure: vLLM's
-NIXL scheduler only hands the KV over when the prefill ended by length (`request_finished`
-returns no params when the one token was already a stop: EOS or a stop string; and a replica
-without a KV connector never returns any). The router then does what vLLM's proxy does: it
+A prefill that answers 200 without `kv_transfer_params` (null or absent) is no failure: a
+replica without a KV connector never returns any, and vLLM's NIXL scheduler hands the KV over only
+for a request that finished by length or by a stop (`pull_scheduler.py`: FINISHED_LENGTH_CAPPED or
+FINISHED_STOPPED in 0.32; releases before it returned none for a stop). The router then does what vLLM's proxy does: it
 sends the decode the client's body without `kv_transfer_params`, and the decode computes the
 prompt itself. Retrying such a prefill elsewhere would get the same answer and fail the request.
 

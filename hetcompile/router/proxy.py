@@ -466,8 +466,8 @@ class Proxy:
         Raises `_Retry` when every try failed (the class may try another candidate). A decode
         that failed is retried after a new prefill, not with the KV the last one made: NIXL's
         decode pulls the prompt's blocks from the prefill (a READ) and then tells it to free
-        them (`NixlConnectorScheduler` keeps them until that notice or
-        VLLM_NIXL_ABORT_REQUEST_TIMEOUT); the router cannot tell whether a decode that failed
+        them (the prefill keeps them until that notice, or, since vLLM 0.32, while the decode's
+        heartbeats renew their lease, `kv_lease_duration`, 30 s by default); the router cannot tell whether a decode that failed
         (a 5xx or a timeout after the transfer) had pulled them already, and a second READ of
         freed blocks, reused by another request, would read that request's KV.
         """
