@@ -22,6 +22,16 @@ Objectives: max theta (max-throughput, min-makespan: T = 1/theta); min sum_o p_o
 max theta - q * cost for Dinkelbach's method (max-throughput-per-dollar). One theta across models
 is App. E's shared makespan.
 
+Prefill/decode disaggregation (issue 35; perf/disagg.py): a shape c may run one phase only,
+role_c in {prefill, decode}, h_{c,w} then being the prompts (prefill) or the requests (decode) of w
+one replica of c serves, and g_c its balance group (the region the KV moves within). A request of
+w served disaggregated takes one prefill and one decode in the same group, so
+    (coverage)      sum over c with role_c != prefill of r_{c,w} = theta * lambda_w
+    (balance)       sum_{c: role_c = prefill, g_c = g} r_{c,w} = sum_{c: role_c = decode, g_c = g} r_{c,w}
+                                                                              for every w and g
+and capacity and availability are unchanged: the MILP picks, per workload, aggregated replicas,
+prefill and decode replicas of any types in one group at whatever ratio P:D is cheapest, or both.
+
 Replanning (003 App. M; `build --previous`): p_c replicas of shape c run now. With
     u_c >= y_c - p_c, v_c >= p_c - y_c, u, v >= 0        replicas launched / torn down
     churn = sum_c (u_c + v_c) + (previous replicas whose shape is no longer a candidate)
@@ -42,7 +52,7 @@ Paper: Jiang et al., "Demystifying Cost-Efficiency in LLM Serving over Heterogen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyomo.environ as pyo
 
@@ -65,6 +75,8 @@ class ComposeTables:
     previous: dict[str, int] | None = None  # p_c: replicas of shape c in the running plan
     churn_weight: float = 0.0  # kappa, in objective units per replica launched or torn down
     removed: int = 0  # previous replicas whose shape is no longer a candidate (forced churn)
+    shape_role: dict[str, str] = field(default_factory=dict)  # role_c: "prefill" | "decode"; absent: aggregated
+    shape_group: dict[str, str] = field(default_factory=dict)  # g_c of a shape with a role: where its KV may move
 
 
 def add_var_replicas(m: pyo.ConcreteModel, t: ComposeTables) -> None:
@@ -92,13 +104,29 @@ def add_eq_coverage(m: pyo.ConcreteModel, t: ComposeTables, fixed_theta: bool) -
     total = sum(t.demand.values())
 
     def rule(m, w):
-        cs = by_w.get(w, [])
+        cs = [c for c in by_w.get(w, []) if t.shape_role.get(c) != "prefill"]  # a prefill serves no request alone
         if not cs:  # nothing can serve w: only theta = 0 (or nothing, with theta fixed) is feasible
             return pyo.Constraint.Infeasible if fixed_theta else m.theta == 0
         served = sum(m.r[c, w] for c in cs)
         return served == (t.demand[w] if fixed_theta else m.theta * (t.demand[w] / total))
 
     m.eq_coverage = pyo.Constraint(m.W, rule=rule)
+
+
+def add_eq_balance(m: pyo.ConcreteModel, t: ComposeTables) -> None:
+    """(balance), module docstring: in each group, every request a decode replica serves of w had
+    its prompt prefilled there. No constraint where w has no phase shape in the group."""
+    sides: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    for c, w in m.CW:
+        role = t.shape_role.get(c)
+        if role is not None:
+            pre, dec = sides.setdefault((w, t.shape_group[c]), ([], []))
+            (pre if role == "prefill" else dec).append(c)
+    if not sides:
+        return
+    m.WG = pyo.Set(initialize=sorted(sides), dimen=2, ordered=True)
+    m.eq_balance = pyo.Constraint(m.WG, rule=lambda m, w, g: sum(m.r[c, w] for c in sides[(w, g)][0])
+                                  == sum(m.r[c, w] for c in sides[(w, g)][1]))
 
 
 def _gpus_used(m: pyo.ConcreteModel, t: ComposeTables, o: str):
@@ -161,6 +189,7 @@ def build_model(
     add_var_replicas(m, t)
     add_ineq_capacity(m, t)
     add_eq_coverage(m, t, fixed_theta=(objective == "cost" and theta_min is None))
+    add_eq_balance(m, t)
     add_ineq_availability(m, t)
     add_ineq_budget(m, t)
     if theta_min is not None:
@@ -215,6 +244,7 @@ def merge_alike(t: ComposeTables) -> tuple[ComposeTables, dict[str, tuple[str, .
         shape_offer=t.shape_offer, shape_gpus=t.shape_gpus, h={cw: v for cw, v in t.h.items() if cw[1] in keep},
         demand={w: sum(t.demand[x] for x in ws) for w, ws in merged.items()}, avail=t.avail, owned=t.owned,
         price=t.price, budget=t.budget, previous=t.previous, churn_weight=t.churn_weight, removed=t.removed,
+        shape_role=t.shape_role, shape_group=t.shape_group,
     ), {w: ws for w, ws in merged.items() if len(ws) > 1}
 
 
