@@ -69,8 +69,9 @@ def profiled(s: dict):
 
 
 def kv_bytes_per_token(ir, model: str) -> float:
-    m = ir.model(model)
-    return m.arch.layers * 2 * m.arch.kv_heads * m.arch.head_dim * m.dtype_bytes
+    """K+V bytes of one token over every layer: the profile pass's table (kappa per layer) x L."""
+    entry = next(e for e in ir.perf if e.model == model)
+    return entry.kv_bytes_per_token_layer * ir.model(model).arch.layers
 
 
 def mine(ir, w) -> list:

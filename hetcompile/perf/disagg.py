@@ -145,27 +145,27 @@ def decode_capacity(rm: ReplicaModel, input_tokens: float, output_tokens: float,
     return DecodeEstimate(full, rate, int(C), t, step, wait, binding)
 
 
-def _prefill_ttft(rm: ReplicaModel, tokens: float, lam: float, q: float) -> float:
-    return prefill_time(rm, tokens) + prefill_wait([(lam, tokens)], prefill_rate(rm), q)
-
-
 def prefill_capacity(rm: ReplicaModel, prompt_tokens: float, ttft_budget: float | None = None, q: float = 0.99,
                      max_utilization: float = DEFAULT_MAX_UTILIZATION) -> PrefillEstimate:
     """One prefill instance for prompts of `prompt_tokens` uncached tokens: the largest load within
     the headroom whose q-quantile T_P + W_P stays within `ttft_budget` (the TTFT target less the
     transfer and the decode side's part), by bisection (the wait grows with the load)."""
-    idle = prefill_time(rm, prompt_tokens)
-    full = prefill_rate(rm) / prompt_tokens
+    idle, rate = prefill_time(rm, prompt_tokens), prefill_rate(rm)  # T_P and P: the same at every load
+
+    def ttft(lam: float) -> float:
+        return idle + prefill_wait([(lam, prompt_tokens)], rate, q)
+
+    full = rate / prompt_tokens
     hi = max_utilization * full
-    if ttft_budget is None or _prefill_ttft(rm, prompt_tokens, hi, q) <= ttft_budget:
-        return PrefillEstimate(full, hi, _prefill_ttft(rm, prompt_tokens, hi, q), idle, "headroom")
+    if ttft_budget is None or ttft(hi) <= ttft_budget:
+        return PrefillEstimate(full, hi, ttft(hi), idle, "headroom")
     if idle > ttft_budget:
         return PrefillEstimate(full, 0.0, idle, idle, "slo-unmeetable")
     lo = 0.0
     for _ in range(BISECTIONS):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if _prefill_ttft(rm, prompt_tokens, mid, q) <= ttft_budget else (lo, mid)
-    return PrefillEstimate(full, lo, _prefill_ttft(rm, prompt_tokens, lo, q), idle, "slo-ttft")
+        lo, hi = (mid, hi) if ttft(mid) <= ttft_budget else (lo, mid)
+    return PrefillEstimate(full, lo, ttft(lo), idle, "slo-ttft")
 
 
 @dataclass(frozen=True)
@@ -201,10 +201,6 @@ def size(rm_p: ReplicaModel, rm_d: ReplicaModel, input_tokens: float, output_tok
     dec = decode_capacity(rm_d, input_tokens, output_tokens, tpot_target, q, max_utilization)
     transfer = kv_transfer_s(uncached, kv_bytes_per_token, *link)
     after = transfer + decode_first_token(rm_d, dec) + dec.slot_wait_s
-    budget = None if ttft_target is None else ttft_target - after
-    if budget is not None and budget <= 0:
-        pre = PrefillEstimate(prefill_rate(rm_p) / uncached, 0.0, prefill_time(rm_p, uncached), prefill_time(rm_p, uncached),
-                              "slo-unmeetable")
-    else:
-        pre = prefill_capacity(rm_p, uncached, budget, q, max_utilization)
+    budget = None if ttft_target is None else ttft_target - after  # <= 0: below T_P, so unmeetable
+    pre = prefill_capacity(rm_p, uncached, budget, q, max_utilization)
     return GroupEstimate(pre, dec, transfer, pre.ttft_s + after, dec.tpot_s)

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hetcompile.plan.routing import DisaggregatedGroup
-from hetcompile.router.state import Lease
+from hetcompile.router.state import InFlight
 
 if TYPE_CHECKING:
     from hetcompile.router.policies import Candidate, Picker
@@ -147,19 +147,16 @@ class PdTries:
     last: str = "no replica was tried"
 
 
-class GroupState:
+class GroupState(InFlight):
     """A disaggregated group: its members' pickers, and the face it shows a class's picker."""
 
-    __slots__ = ("id", "model", "kv_connector", "policy", "prefill", "decode", "high_water", "prefill_tps", "decode_tps",
-                 "inflight", "inflight_kv", "load")
+    __slots__ = ("id", "model", "kv_connector", "policy", "prefill", "decode", "high_water", "prefill_tps", "decode_tps")
 
     prefill_tps: float
     decode_tps: float
 
     def __init__(self, spec: DisaggregatedGroup, prefill: "Picker", decode: "Picker", policy: str, high_water: float):
-        self.inflight = 0
-        self.inflight_kv = 0.0  # kv_g
-        self.load = 0.0  # L_g
+        super().__init__()  # kv_g, L_g
         self.update(spec, prefill, decode, policy, high_water)
 
     def update(self, spec: DisaggregatedGroup, prefill: "Picker", decode: "Picker", policy: str, high_water: float) -> None:
@@ -228,21 +225,7 @@ class GroupState:
         d = min((r.retry_after for r in self.decode.replicas if r.endpoint is not None), default=1)
         return max(p, d)
 
-    # -- accounting, as a replica's ------------------------------------------------------------
-
-    def acquire(self, kv_tokens: float, load: float) -> Lease:
-        self.inflight += 1
-        self.inflight_kv += kv_tokens
-        self.load += load
-        return Lease(self, kv_tokens, load)
-
-    def _release(self, kv_tokens: float, load: float) -> None:
-        self.inflight -= 1
-        self.inflight_kv -= kv_tokens
-        self.load -= load
-        if self.inflight == 0:
-            self.inflight_kv = 0.0  # float sums drift; with nothing in flight the true values are zero
-            self.load = 0.0
+    # -- accounting: InFlight's acquire and release, as a replica's --------------------------------
 
     def passive_failure(self, fall: int) -> None:
         """Nothing: each member that failed was counted against itself."""

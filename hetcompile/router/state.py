@@ -12,13 +12,9 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from hetcompile.plan.routing import RoutedReplica
 from hetcompile.router.upstream import parse_endpoint
-
-if TYPE_CHECKING:
-    from hetcompile.router.disagg import GroupState
 
 log = logging.getLogger("hetcompile.router")
 
@@ -89,26 +85,50 @@ def health_transition(healthy: bool, fails: int, oks: int, ok: bool, fall: int, 
     return healthy, fails, oks
 
 
-class ReplicaState:
+class InFlight:
+    """What a lease holds of a class candidate (a replica, or a disaggregated group, disagg.py): the
+    requests in flight, their KV estimate kv and their load L (policies.py's notation)."""
+
+    __slots__ = ("inflight", "inflight_kv", "load")
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.inflight_kv = 0.0  # kv
+        self.load = 0.0  # L
+
+    def acquire(self, kv_tokens: float, load: float) -> "Lease":
+        self.inflight += 1
+        self.inflight_kv += kv_tokens
+        self.load += load
+        return Lease(self, kv_tokens, load)
+
+    def _release(self, kv_tokens: float, load: float) -> None:
+        self.inflight -= 1
+        self.inflight_kv -= kv_tokens
+        self.load -= load
+        if self.inflight == 0:
+            # float sums drift; with nothing in flight the true values are zero
+            self.inflight_kv = 0.0
+            self.load = 0.0
+
+
+class ReplicaState(InFlight):
     """Counters for one replica; see policies.py for the notation (kv_s, L_s, u_s)."""
 
     __slots__ = (
         "id", "model", "endpoint", "kv_capacity", "max_num_seqs", "prefill_tps", "decode_tps",
         "headers", "conn_key", "base_path", "head_static", "routable", "healthy", "fails", "oks",
-        "inflight", "inflight_kv", "load",
         "obs_kv", "obs_running", "obs_waiting", "est_at_poll", "released_since_poll",
         "passive_until", "passive_backoff", "passive_fails", "max_inflight", "first_byte_timeout", "retry_after",
         "token_time", "role",
     )  # fmt: skip
 
     def __init__(self, spec: RoutedReplica, limits: Limits = Limits()):
+        super().__init__()  # kv_s, L_s
         self.endpoint: str | None = None
         self.healthy = True  # optimistic until polling or passive failures say otherwise
         self.fails = 0
         self.oks = 0
-        self.inflight = 0
-        self.inflight_kv = 0.0  # kv_s
-        self.load = 0.0  # L_s
         self.obs_kv: float | None = None
         self.obs_running: float | None = None
         self.obs_waiting: float | None = None
@@ -172,20 +192,8 @@ class ReplicaState:
         """Below its admission bound: a new request may be sent here."""
         return self.max_inflight is None or self.inflight < self.max_inflight
 
-    def acquire(self, kv_tokens: float, load: float) -> "Lease":
-        self.inflight += 1
-        self.inflight_kv += kv_tokens
-        self.load += load
-        return Lease(self, kv_tokens, load)
-
     def _release(self, kv_tokens: float, load: float) -> None:
-        self.inflight -= 1
-        self.inflight_kv -= kv_tokens
-        self.load -= load
-        if self.inflight == 0:
-            # float sums drift; with nothing in flight the true values are zero
-            self.inflight_kv = 0.0
-            self.load = 0.0
+        super()._release(kv_tokens, load)
         self.released_since_poll += 1
 
     def kv_usage(self) -> float:
@@ -256,7 +264,7 @@ class Lease:
 
     __slots__ = ("replica", "kv_tokens", "load", "done")
 
-    def __init__(self, replica: "ReplicaState | GroupState", kv_tokens: float, load: float):
+    def __init__(self, replica: InFlight, kv_tokens: float, load: float):
         self.replica = replica
         self.kv_tokens = kv_tokens
         self.load = load

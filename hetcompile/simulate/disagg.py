@@ -44,6 +44,39 @@ class GroupRun:
         return float(np.quantile(np.asarray(values), q)) if values else math.nan
 
 
+LOAD_PAST = 0.2  # arrivals go on for this share of the duration past the window: its last requests finish under load
+
+
+def _arrivals(rate: float, duration: float, seed: int) -> list[float]:
+    """Poisson arrival times at `rate` until (1 + LOAD_PAST) x duration."""
+    rng, t = np.random.default_rng(seed), 0.0
+    out: list[float] = []
+    while True:
+        t += float(rng.exponential(1.0 / rate))
+        if t > duration * (1.0 + LOAD_PAST):
+            return out
+        out.append(t)
+
+
+def _measure(driver: Driver, clients: list[Request], warmup: float, duration: float, hand_on=None) -> GroupRun:
+    """Run until every client request that arrived in [warmup, duration] has finished; `hand_on(r)`
+    takes a finished request that is not a client's (a prefill's) and says so."""
+    measured = [r for r in clients if warmup <= r.arrival <= duration]
+    left = [len(measured)]
+
+    def done(r: Request) -> None:
+        if hand_on is not None and hand_on(r):
+            return
+        if warmup <= r.arrival <= duration:
+            left[0] -= 1
+
+    driver.on_done = done
+    driver.loop.run(math.inf, stop=lambda: left[0] <= 0)
+    ttft = tuple(ttft_of(r) for r in measured)
+    tpot = tuple(x for r in measured if (x := tpot_of(r)) is not None)
+    return GroupRun(ttft, tpot, len(measured), sum(1 for r in measured if r.finish is not None), duration)
+
+
 def replay_group(rm_p: ReplicaModel, rm_d: ReplicaModel, n_prefill: int, n_decode: int, input_tokens: int,
                  output_tokens: int, rate: float, transfer_s: float, duration: float, seed: int = 0,
                  warmup: float | None = None, decode_runs: bool = True) -> GroupRun:
@@ -51,76 +84,39 @@ def replay_group(rm_p: ReplicaModel, rm_d: ReplicaModel, n_prefill: int, n_decod
     seconds (module docstring); the requests that arrived after `warmup` (default 20% of the run)
     are measured, each run to its end while later arrivals keep the load on. `decode_runs=False`:
     every step an event (the reference the engine's decode runs are checked against)."""
-    warmup = 0.2 * duration if warmup is None else warmup
     prefill = [ReplicaSim(f"p{i}", rm_p) for i in range(n_prefill)]
     decode = [ReplicaSim(f"d{i}", rm_d) for i in range(n_decode)]
     driver = Driver(prefill + decode, decode_runs=decode_runs)
-    rng = np.random.default_rng(seed)
-    turn = {"p": 0, "d": 0}
     firsts: dict[int, Request] = {}  # the prefill request -> the client's request (decode side)
-    measured: list[Request] = []
-    left = [0]
+    handed = [0]
 
     def to_decode(first: Request) -> None:
-        req = firsts.pop(first.id)
-        rid = decode[turn["d"] % n_decode].id
-        turn["d"] += 1
-        driver.arrive(rid, req)
+        driver.arrive(decode[handed[0] % n_decode].id, firsts.pop(first.id))
+        handed[0] += 1
 
-    def done(r: Request) -> None:
-        if r.id in firsts:  # a prefill finished: its KV crosses the link, then the decode side starts
-            driver.at_from_step(driver.loop.now + transfer_s, to_decode, r)
-        elif warmup <= r.arrival <= duration:
-            left[0] -= 1
+    def hand_on(r: Request) -> bool:
+        if r.id not in firsts:
+            return False
+        driver.at_from_step(driver.loop.now + transfer_s, to_decode, r)  # its KV crosses the link first
+        return True
 
-    driver.on_done = done
-    t, n = 0.0, 0
-    while True:
-        t += float(rng.exponential(1.0 / rate))
-        if t > duration * 1.2:  # arrivals go on past the window so its last requests finish under load
-            break
+    clients: list[Request] = []
+    for n, t in enumerate(_arrivals(rate, duration, seed)):
         client = Request(2 * n + 1, "w", t, input_tokens, output_tokens, cached=input_tokens)
         first = Request(2 * n, "w", t, input_tokens, 1)
         firsts[first.id] = client
-        if warmup <= t <= duration:
-            measured.append(client)
-            left[0] += 1
-        driver.loop.at(t, driver.arrive, prefill[turn["p"] % n_prefill].id, first)
-        turn["p"] += 1
-        n += 1
-    driver.loop.run(math.inf, stop=lambda: left[0] <= 0)
-    ttft = tuple(ttft_of(r) for r in measured)
-    tpot = tuple(x for r in measured if (x := tpot_of(r)) is not None)
-    return GroupRun(ttft, tpot, len(measured), sum(1 for r in measured if r.finish is not None), duration)
+        clients.append(client)
+        driver.loop.at(t, driver.arrive, prefill[n % n_prefill].id, first)
+    return _measure(driver, clients, 0.2 * duration if warmup is None else warmup, duration, hand_on)
 
 
 def replay_replicas(rm: ReplicaModel, n: int, input_tokens: int, output_tokens: int, rate: float, duration: float,
                     seed: int = 0, warmup: float | None = None) -> GroupRun:
     """The aggregated comparison: n replicas of one model (round robin) offered the same arrivals."""
-    warmup = 0.2 * duration if warmup is None else warmup
     sims = [ReplicaSim(f"r{i}", rm) for i in range(n)]
     driver = Driver(sims)
-    rng = np.random.default_rng(seed)
-    measured: list[Request] = []
-    left = [0]
-
-    def done(r: Request) -> None:
-        if warmup <= r.arrival <= duration:
-            left[0] -= 1
-
-    driver.on_done = done
-    t, k = 0.0, 0
-    while True:
-        t += float(rng.exponential(1.0 / rate))
-        if t > duration * 1.2:
-            break
-        req = Request(k, "w", t, input_tokens, output_tokens)
-        if warmup <= t <= duration:
-            measured.append(req)
-            left[0] += 1
-        driver.loop.at(t, driver.arrive, sims[k % n].id, req)
-        k += 1
-    driver.loop.run(math.inf, stop=lambda: left[0] <= 0)
-    ttft = tuple(ttft_of(r) for r in measured)
-    tpot = tuple(x for r in measured if (x := tpot_of(r)) is not None)
-    return GroupRun(ttft, tpot, len(measured), sum(1 for r in measured if r.finish is not None), duration)
+    clients: list[Request] = []
+    for k, t in enumerate(_arrivals(rate, duration, seed)):
+        clients.append(Request(k, "w", t, input_tokens, output_tokens))
+        driver.loop.at(t, driver.arrive, sims[k % n].id, clients[-1])
+    return _measure(driver, clients, 0.2 * duration if warmup is None else warmup, duration)
