@@ -64,3 +64,73 @@ def test_a_workload_with_only_a_prefill_shape_is_not_served() -> None:
                       budget=10.0, shape_role={"p": "prefill"}, shape_group={"p": "r1"})
     sol = _solve(t, "theta")
     assert sol.theta == pytest.approx(0.0)
+
+
+# --- phase shapes from the real profile pass (passes/profile_pd.py) into the real compose tables -------------
+
+H100, L40S = 3.90, 1.86  # $/GPU-h
+
+
+def _profiled(input_tokens: int, tpot_ms: int, tmp_path):
+    """Llama-3.1-8B, one workload at 20 req/s with p99 TTFT <= 2 s and the TPOT target, on H100 and L40S
+    nodes of 8 in one region, 100 Gbit/s between nodes: the pipeline stopped after profile."""
+    import yaml
+
+    from hetcompile.driver import compile_spec
+
+    spec = {"name": "pd", "models": [{"name": "llama-3.1-8b", "max_model_len": input_tokens + 256}],
+            "workloads": [{"name": "w", "model": "llama-3.1-8b", "input_tokens": input_tokens, "output_tokens": 256,
+                           "rate": "20/s", "slo": {"ttft": "2s", "tpot": f"{tpot_ms}ms", "percentile": "p99"}}],
+            "regions": [{"name": "us-east-1", "cloud": "aws", "offers": [
+                {"gpu": g, "gpus_per_node": 8, "max_nodes": 4, "price": f"${p}/h"} for g, p in (("H100", H100), ("L40S", L40S))]}],
+            "network": {"intra_region": {"bandwidth": "100Gbps", "latency": "50us"}},
+            "budget": "$1000/h", "objective": "min-cost"}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return compile_spec(path, stop_after="profile").ir
+
+
+def _min_cost(ir, shapes):
+    from hetcompile.passes.compose import tables
+
+    t = tables(ir.model_copy(update={"shapes": shapes}))
+    return t, _solve(t, "cost")
+
+
+def test_phase_shapes_pair_each_prefill_with_one_decode_shape_of_its_region(tmp_path) -> None:
+    from hetcompile.passes.profile_pd import phase_shapes
+
+    ir = _profiled(8192, 25, tmp_path)
+    ph = phase_shapes(ir, ir.shapes)
+    decodes = {s.group: s for s in ph if s.role == "decode"}
+    prefills = [s for s in ph if s.role == "prefill"]
+    assert decodes and prefills and all(s.pp == 1 for s in ph)
+    for s in prefills:  # sized for exactly one decode partner: its group's
+        assert s.group in decodes and s.id.endswith("|for:" + decodes[s.group].id.split("|decode:")[0])
+    for s in decodes.values():  # C* is the decode replica's own --max-num-seqs, and its TPOT meets the target
+        assert s.max_num_seqs is not None and 1 <= s.max_num_seqs <= ir.engine.max_num_seqs
+        assert dict(s.estimate.tpot_s)["w"] <= 0.025
+    # the prefill side's TTFT estimate includes the transfer and the decode side, and meets the target
+    assert all(dict(s.estimate.ttft_s)["w"] <= 2.0 for s in prefills)
+
+
+def test_compose_takes_the_split_for_long_prompts_at_a_tight_tpot_and_not_for_short_ones(tmp_path) -> None:
+    from hetcompile.passes.profile_pd import phase_shapes
+
+    ir = _profiled(8192, 25, tmp_path)
+    _, agg = _min_cost(ir, ir.shapes)
+    t, both = _min_cost(ir, ir.shapes + phase_shapes(ir, ir.shapes))
+    roles = {t.shape_role.get(c) for c, n in both.y.items() if n}
+    assert roles == {"prefill", "decode"}  # every replica of the cheapest plan is a phase replica
+    assert both.cost < 0.9 * agg.cost  # 8k prompts at 25 ms TPOT: the split is cheaper by more than 10%
+    for (c, w), v in both.r.items():  # each group's prompts prefilled = its requests decoded
+        if t.shape_role.get(c) == "decode":
+            pre = sum(x for (c2, w2), x in both.r.items() if w2 == w and t.shape_group.get(c2) == t.shape_group[c]
+                      and t.shape_role.get(c2) == "prefill")
+            assert pre == pytest.approx(v)
+
+    short = _profiled(512, 25, tmp_path)
+    _, agg = _min_cost(short, short.shapes)
+    t, both = _min_cost(short, short.shapes + phase_shapes(short, short.shapes))
+    assert both.cost == pytest.approx(agg.cost)  # 512-token prompts: the split buys nothing
+    assert not {t.shape_role.get(c) for c, n in both.y.items() if n} - {None}

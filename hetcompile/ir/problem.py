@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from hetcompile.frozen import Frozen
-from hetcompile.plan.routing import RoutingTable
+from hetcompile.plan.routing import Role, RoutingTable
 from hetcompile.plan.observed import Observation
 from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION
 from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
@@ -177,6 +177,11 @@ class Shape(Frozen):
     partition: tuple[int, ...] = Field(description="layers per stage (VLLM_PP_LAYER_PARTITION)")
     price_per_s: float
     estimate: ShapeEstimate
+    role: Annotated[Role | None, Field(description="prefill or decode: one phase of a disaggregated group (issue 35); "
+                                                    "None: whole requests")] = None
+    group: Annotated[str | None, Field(description="a phase shape's group key: the region its KV may move within")] = None
+    max_num_seqs: Annotated[int | None, Field(description="--max-num-seqs of its replicas where not the engine's "
+                                                          "(a decode shape: the C* its TPOT target allows)")] = None
 
     @property
     def gpus(self) -> int:
@@ -244,6 +249,9 @@ class Replica(Frozen):
     dtype: Literal["float16", "bfloat16"]
     estimate: ShapeEstimate
     mixed: bool = False
+    role: Annotated[Role | None, Field(description="prefill or decode: one phase of a disaggregated group; None: whole requests")] = None
+    group: Annotated[str | None, Field(description="the disaggregated group (routing table group id) a phase replica belongs to")] = None
+    max_num_seqs: Annotated[int | None, Field(description="--max-num-seqs where not the engine's (a decode replica's C*)")] = None
 
 
 

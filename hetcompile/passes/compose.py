@@ -84,6 +84,8 @@ def tables(ir: Problem) -> ComposeTables:
         previous=previous,
         churn_weight=kappa,
         removed=removed,
+        shape_role={s.id: s.role for s in shapes if s.role is not None},
+        shape_group={s.id: s.group for s in shapes if s.role is not None and s.group is not None},
     )
 
 
