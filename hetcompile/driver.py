@@ -47,4 +47,4 @@ def compile_spec(
                       log=log, on_pass=on_pass, options={"verify_workers": workers})
     # verification re-solves with new tail factors; placements that do not depend on them are reused
     with remembering():
-        return run_pipeline(ir, default_pipeline(verify), ctx, stop_after=stop_after, dump_after=dump_after)
+        return run_pipeline(ir, default_pipeline(verify, ir.disaggregation), ctx, stop_after=stop_after, dump_after=dump_after)

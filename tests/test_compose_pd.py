@@ -101,7 +101,7 @@ def test_phase_shapes_pair_each_prefill_with_one_decode_shape_of_its_region(tmp_
     from hetcompile.passes.profile_pd import phase_shapes
 
     ir = _profiled(8192, 25, tmp_path)
-    ph = phase_shapes(ir, ir.shapes)
+    ph = phase_shapes(ir, ir.perf, ir.shapes)
     decodes = {s.group: s for s in ph if s.role == "decode"}
     prefills = [s for s in ph if s.role == "prefill"]
     assert decodes and prefills and all(s.pp == 1 for s in ph)
@@ -119,7 +119,7 @@ def test_compose_takes_the_split_for_long_prompts_at_a_tight_tpot_and_not_for_sh
 
     ir = _profiled(8192, 25, tmp_path)
     _, agg = _min_cost(ir, ir.shapes)
-    t, both = _min_cost(ir, ir.shapes + phase_shapes(ir, ir.shapes))
+    t, both = _min_cost(ir, ir.shapes + phase_shapes(ir, ir.perf, ir.shapes))
     roles = {t.shape_role.get(c) for c, n in both.y.items() if n}
     assert roles == {"prefill", "decode"}  # every replica of the cheapest plan is a phase replica
     assert both.cost < 0.9 * agg.cost  # 8k prompts at 25 ms TPOT: the split is cheaper by more than 10%
@@ -131,6 +131,6 @@ def test_compose_takes_the_split_for_long_prompts_at_a_tight_tpot_and_not_for_sh
 
     short = _profiled(512, 25, tmp_path)
     _, agg = _min_cost(short, short.shapes)
-    t, both = _min_cost(short, short.shapes + phase_shapes(short, short.shapes))
+    t, both = _min_cost(short, short.shapes + phase_shapes(short, short.perf, short.shapes))
     assert both.cost == pytest.approx(agg.cost)  # 512-token prompts: the split buys nothing
     assert not {t.shape_role.get(c) for c, n in both.y.items() if n} - {None}

@@ -7,7 +7,7 @@ from hetcompile.ir.problem import Problem
 
 
 # optional sections a plan leaves out when it has none, so plans without them keep their bytes
-OMITTED_WHEN_NONE = ("primary_workers", "what_it_would_take", "alternatives", "observed")
+OMITTED_WHEN_NONE = ("primary_workers", "what_it_would_take", "alternatives", "observed", "groups", "aggregated")
 
 
 def plan_dict(ir: Problem) -> dict:

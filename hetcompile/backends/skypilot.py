@@ -32,6 +32,9 @@ SECRETS = {"HF_TOKEN": None, VLLM_KEY_ENV: None}
 REQUIRE_KEY = f': "${{{VLLM_KEY_ENV}:?{VLLM_KEY_ENV} is not set: launch with --secret {VLLM_KEY_ENV} (deploy.sh does)}}"'
 
 
+NIXL_SETUP = "python3 -c 'import nixl' 2>/dev/null || python3 -m pip install nixl\n"
+
+
 def infra(cloud: str, region: str) -> str:
     if cloud == "kubernetes":
         return "k8s"
@@ -129,6 +132,8 @@ def replica_task(ir: Problem, r: Replica, scripts: list[NodeScript]) -> str:
         "secrets": dict(SECRETS),
         "run": run_section(scripts),
     }
+    if r.role is not None:  # NixlConnector needs the nixl package, which the vllm wheel does not depend on
+        task["setup"] = NIXL_SETUP
     return dumps_yaml(task)
 
 

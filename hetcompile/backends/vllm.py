@@ -20,6 +20,8 @@ from hetcompile.ir.engine import engine_args
 from hetcompile.ir.problem import Problem, Replica
 
 MASTER_PORT = 29501
+QUOTED = ("--served-model-name", "--kv-transfer-config")  # values from the spec, and JSON: one shell word each
+NIXL_SIDE_CHANNEL_PORT = 5600  # vLLM's default; one vLLM per node here, so no two instances share it
 
 
 
@@ -35,7 +37,7 @@ def engine_flags(ir: Problem, r: Replica, rank: int) -> list[str]:
     """The `vllm serve` flags of one node, one flag (with its value) per line: the replica's engine
     arguments (ir/engine.py, the list plan.json records) and then what is per node."""
     d = len(r.stages)
-    flags = [f"{k} {quote(v) if k == '--served-model-name' else v}" for k, v in engine_args(ir, r)]
+    flags = [f"{k} {quote(v) if k in QUOTED else v}" for k, v in engine_args(ir, r)]
     if d > 1:
         flags += [
             "--distributed-executor-backend mp",
@@ -60,7 +62,7 @@ def node_scripts(ir: Problem, r: Replica) -> list[NodeScript]:
             version=__version__, plan=ir.name, rid=r.id, model=m.name, rank=rank, nnodes=d, gpu=s.gpu, tp=s.tp,
             region=s.region, start=s.layer_start, end=s.layer_end, layers=m.arch.layers, weights=m.weights,
             head=rank == 0, multi=d > 1, port=ir.engine.port, partition=",".join(str(x.layers) for x in r.stages),
-            flag_lines=engine_flags(ir, r, rank),
+            flag_lines=engine_flags(ir, r, rank), role=r.role, nixl_port=NIXL_SIDE_CHANNEL_PORT,
         )
         out.append(NodeScript(replica=r.id, rank=rank, path=f"vllm/{r.id}/node{rank}.sh", text=text))
     return out

@@ -53,7 +53,13 @@ def capacity(replica: PlanReplica, w: str) -> float | None:
 
 
 def routed(plan: PlanDoc, replica: PlanReplica) -> dict[str, float]:
-    """x_{r,w} for every workload of the plan (0 where not routed)."""
+    """x_{r,w} for every workload of the plan (0 where not routed). A prefill replica of a
+    disaggregated group runs the prompts of what its group's decode replicas are routed, by its
+    share of the group's prefills."""
+    g = next((g for g in plan.groups or () if replica.id in g.prefill), None)
+    if g is not None:
+        share = g.prefill[replica.id]
+        return {w: share * sum(weight(plan, w, d) for d in g.decode) * s for w, s in sorted(served(plan).items())}
     return {w: weight(plan, w, replica.id) * s for w, s in sorted(served(plan).items())}
 
 

@@ -15,9 +15,10 @@ import numpy as np
 
 from hetcompile import __version__
 from hetcompile.plan.doc import (
-    Compiler, EngineSettings, PassSummary, PlanDoc, PlanModel, PlanNode, PlanPrice, PlanReplica, PlanStage, PlanWorkload,
+    Compiler, EngineSettings, PassSummary, PlanDoc, PlanGroup, PlanModel, PlanNode, PlanPrice, PlanReplica, PlanStage, PlanWorkload,
     ReplicaWorkload, Slo, TailLatency, Totals,
 )
+from hetcompile.ir.disagg import transfer_seconds
 from hetcompile.ir.engine import engine_args
 from hetcompile.plan.step_record import record_of
 from hetcompile.ir.problem import Problem, Replica
@@ -121,6 +122,7 @@ def replica_doc(ir: Problem, r: Replica) -> PlanReplica:
         step_model=record_of(est.step_model) if est.step_model is not None else None,
         step_source=est.step_model.step_source if est.step_model is not None else None,
         engine_args=tuple(f"{k} {v}" for k, v in engine_args(ir, r)),
+        role=r.role, group=r.group,
     )
 
 
@@ -192,16 +194,25 @@ class PlannedTails:
         tail model at its planned load on P_GRID); solved for P(T > t) = 1 - q (mixture_quantile)."""
         assert self.ir.replicas is not None  # a built plan has them
         weights = self.routing.get(w, {})
-        total = sum(weights.values())
+        phase = [r for r in self.ir.replicas if r.role == "decode" and weights.get(r.id, 0.0) > 0]
+        total = sum(x for r, x in weights.items() if r not in {p.id for p in phase})
         routed = [(weights[r.id] / total, r) for r in self.ir.replicas
-                  if total > 0 and weights.get(r.id, 0.0) > 0 and r.estimate.step_model is not None]
-        if not routed:
+                  if total > 0 and weights.get(r.id, 0.0) > 0 and r.role is None and r.estimate.step_model is not None]
+        if not routed and not phase:
             return None
-        ttft = mixture_quantile([(sr, np.array([p.ttft_s for p in self._curve(r, w)])) for sr, r in routed], q)
-        tpot = mixture_quantile([(sr, self._tpot(r)) for sr, r in routed], q)
         finite = lambda x: x if x is not None and x < float("inf") else None  # noqa: E731
+        ttft = tpot = None
+        if routed:
+            ttft = mixture_quantile([(sr, np.array([p.ttft_s for p in self._curve(r, w)])) for sr, r in routed], q)
+            tpot = mixture_quantile([(sr, self._tpot(r)) for sr, r in routed], q)
+        if phase:  # a disaggregated group: its sizing's own TTFT and TPOT at the SLO's quantile (perf/disagg.size)
+            groups = {r.group for r in phase}
+            pre = [dict(r.estimate.ttft_s).get(w) for r in self.ir.replicas if r.role == "prefill" and r.group in groups]
+            dec = [dict(r.estimate.tpot_s).get(w) for r in phase]
+            ttft = max([x for x in [ttft, *pre] if x is not None], default=None)
+            tpot = max([x for x in [tpot, *dec] if x is not None], default=None)
         return TailLatency(percentile=percentile_name(q), ttft_s=finite(ttft), tpot_s=finite(tpot),
-                           utilization=max(self.rho[r.id] for _, r in routed))
+                           utilization=max(self.rho[r.id] for r in [*(r for _, r in routed), *phase]))
 
 
 def slo_doc(ir: Problem, w, tails: PlannedTails) -> Slo:
@@ -242,10 +253,15 @@ def next_replica(ir: Problem) -> int:
 def plan_doc(ir: Problem) -> PlanDoc:
     assert ir.composition is not None and ir.nodes is not None and ir.replicas is not None and ir.routing is not None  # a built plan has them
     served = workload_rates(ir)
+    groups = {g.id: g for g in ir.routing.groups}
     routing: dict[str, dict[str, float]] = {}
     for m in ir.routing.models:
         for c in m.classes:
-            routing[c.name] = {w.replica: w.weight for w in c.weights}
+            routing[c.name] = {}
+            for w in c.weights:  # a group's share goes to its decode replicas (PlanGroup's docstring)
+                for rid, x in ((d.replica, w.weight * d.weight) for d in groups[w.replica].decode) if w.replica in groups \
+                        else ((w.replica, w.weight),):
+                    routing[c.name][rid] = round(routing[c.name].get(rid, 0.0) + x, 6)
     tails = PlannedTails(ir, routing, served)
     return PlanDoc(
         compiler=Compiler(version=__version__, solver=solver_version()),
@@ -266,6 +282,8 @@ def plan_doc(ir: Problem) -> PlanDoc:
                              owned_gpus=n.owned_gpus, owned=n.owned, price_per_hour=n.price_per_s * 3600) for n in ir.nodes),
         replicas=tuple(replica_doc(ir, r) for r in ir.replicas),
         routing=routing,
+        groups=plan_groups(ir, routing) or None,
+        aggregated=ir.aggregated,
         totals=totals(ir),
         passes=tuple(PassSummary(name=p.name, status=p.status, objective=p.objective, bound=p.bound, gap=p.gap, notes=p.notes)
                      for p in ir.reports),
@@ -282,6 +300,20 @@ def plan_doc(ir: Problem) -> PlanDoc:
         alternatives=ir.composition.alternatives,
         observed=ir.observed,
     )
+
+
+def plan_groups(ir: Problem, routing: dict[str, dict[str, float]]) -> tuple[PlanGroup, ...]:
+    """The routing table's disaggregated groups as plan.json states them, with each one's KV transfer."""
+    assert ir.routing is not None and ir.replicas is not None and ir.perf is not None
+    reps = {r.id: r for r in ir.replicas}
+    out = []
+    for g in ir.routing.groups:
+        d0 = reps[g.decode[0].replica]
+        w = next(w for w, x in sorted(routing.items()) if x.get(d0.id, 0.0) > 0)
+        out.append(PlanGroup(id=g.id, workload=w, model=d0.model, prefill={x.replica: x.weight for x in g.prefill},
+                             decode={x.replica: x.weight for x in g.decode},
+                             transfer_s=transfer_seconds(ir, ir.perf, w, d0.stages[0].region)))
+    return tuple(out)
 
 
 def _relative_warning(w: str) -> str:

@@ -356,6 +356,10 @@ def _measured(spec: Spec, smap: SourceMap, base: Path, models: set[str], user: d
 def _placement(spec: Spec, smap: SourceMap, base: Path, models: dict[str, Model], user: dict[str, GpuType]) -> PlacementConfig:
     pl = spec.placement
     regions = [r.name for r in spec.regions]
+    if spec.disaggregation == "auto" and pl.pipelines == "mixed":
+        raise SpecError("disaggregation: auto pairs one-node prefill and decode replicas; mixed-type pipelines "
+                        "(placement.pipelines: mixed) cannot be one of them yet",
+                        smap.value(("disaggregation",)), hint="set `placement.pipelines: single-type`, or `disaggregation: off`")
     if pl.coordinator is not None and pl.coordinator not in regions:
         guess = did_you_mean(pl.coordinator, regions)
         raise SpecError(
@@ -461,6 +465,7 @@ def lower(spec: Spec, smap: SourceMap, raw: bytes, spec_path: Path) -> Problem:
         measured_only=spec.estimates == "measured-only",
         max_utilization=spec.max_utilization,
         max_ttft_slowdown=spec.max_ttft_slowdown,
+        disaggregation=spec.disaggregation == "auto",
         placement=_placement(spec, smap, spec_path.parent, {m.name: m for m in models}, user),
         spans=_spans(spec, smap, offers),
         warnings=tuple(warnings),

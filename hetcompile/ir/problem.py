@@ -18,7 +18,7 @@ from hetcompile.plan.routing import Role, RoutingTable
 from hetcompile.plan.observed import Observation
 from hetcompile.perf.tail import DEFAULT_MAX_UTILIZATION
 from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
-from hetcompile.plan.doc import Alternatives, Binding, ModelPlacement, PrimaryWorkers, Verification, WhatItWouldTake
+from hetcompile.plan.doc import AggregatedAlternative, Alternatives, Binding, ModelPlacement, PrimaryWorkers, Verification, WhatItWouldTake
 from hetcompile.perf.stepmodel import ReplicaModel
 
 
@@ -316,6 +316,8 @@ class Problem(Frozen):
     max_utilization: Annotated[float, Field(gt=0, le=1, description="headroom: most of h_{c,w} a replica is planned at")] = DEFAULT_MAX_UTILIZATION
     max_ttft_slowdown: Annotated[float | None, Field(gt=1, description="without an SLO: p99 TTFT / idle TTFT bound (perf/tail.py); "
                                                                  "None: none")] = None
+    disaggregation: Annotated[bool, Field(description="spec `disaggregation: auto`: the profile pass offers phase shapes")] = False
+    aggregated: Annotated[AggregatedAlternative | None, Field(description="the disaggregation pass: the plan without groups")] = None
     tail_factors: tuple[tuple[str, float], ...] = Field(
         default=(), description="per workload, the share of its tail-model load the build's simulation allowed (verify loop)")
     verification: Verification | None = None

@@ -376,6 +376,12 @@ class Spec(_Spec):
                             "loaded so that their p99 TTFT stays within this multiple of the TTFT on the idle replica, and the "
                             "build checks it by simulating the whole plan; null: max_utilization alone, nothing simulated")
     ] = DEFAULT_TTFT_SLOWDOWN
+    disaggregation: Annotated[
+        Literal["off", "auto"],
+        Field(default="off", description="prefill/decode disaggregation (docs/disaggregation.md): auto lets compose give an SLO "
+                                         "workload prefill and decode replicas of their own, paired in one region, where "
+                                         "that is cheaper; off: every replica runs whole requests")
+    ] = "off"
     objective: Annotated[Objective, Field(default="max-throughput", description="what to optimize")] = "max-throughput"
     solver: Annotated[SolverSpec, Field(default_factory=SolverSpec, description="solver settings")]
     engine: Annotated[EngineSpec, Field(default_factory=EngineSpec, description="vLLM settings")]

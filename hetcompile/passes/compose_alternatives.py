@@ -58,7 +58,8 @@ def mean_tpot(ir: Problem, sol: ComposeSolution) -> float | None:
 
 def _shape_label(ir: Problem, c: str) -> str:
     s = next(x for x in ir.shapes or () if x.id == c)
-    return f"{s.tp * s.pp}x {s.gpu} in {s.region} (tp={s.tp}, pp={s.pp})"
+    role = f", {s.role} of {s.id.split(f'|{s.role}:')[1].split('|')[0]}" if s.role is not None else ""  # a phase shape
+    return f"{s.tp * s.pp}x {s.gpu} in {s.region} (tp={s.tp}, pp={s.pp}{role})"
 
 
 def frontier(ir: Problem, t: ComposeTables, sol: ComposeSolution, solve: Solver,

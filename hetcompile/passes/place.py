@@ -89,6 +89,7 @@ def materialize(ir: Problem) -> tuple[tuple[Node, ...], tuple[Replica, ...]]:
 
     nodes: list[Node] = []
     replicas: list[Replica] = []
+    groups = group_ids(ir, [sid for sid, n in counts.items() if n > 0])
     for sid in sorted(counts, key=lambda s: (ir.shape(s).model, ir.shape(s).region, ir.shape(s).gpu, s)):
         shape = ir.shape(sid)
         offer = ir.offer(shape.offer)
@@ -111,9 +112,23 @@ def materialize(ir: Problem) -> tuple[tuple[Node, ...], tuple[Replica, ...]]:
                 start += k
             replicas.append(
                 Replica(id=prev.id if prev else fresh_rid(), model=shape.model, shape=sid, stages=tuple(stages),
-                        dtype="bfloat16", estimate=shape.estimate)
+                        dtype="bfloat16", estimate=shape.estimate, role=shape.role,
+                        group=groups.get(shape.group) if shape.role is not None and shape.group is not None else None,
+                        max_num_seqs=shape.max_num_seqs)
             )
     return tuple(nodes), tuple(replicas)
+
+
+def group_ids(ir: Problem, shapes: Sequence[str]) -> dict[str, str]:
+    """The routing table's id of each disaggregated group the phase shapes `shapes` form:
+    `<workload>-pd<k>`, k counting that workload's groups in the order of their keys (a group key is
+    `<workload>@<decode shape>`, profile_pd.py)."""
+    keys = sorted({g for sid in shapes if (g := ir.shape(sid).group) is not None and ir.shape(sid).role is not None})
+    out: dict[str, str] = {}
+    for key in keys:
+        w = key.split("@")[0]
+        out[key] = f"{w}-pd{sum(1 for k in out if k.split('@')[0] == w)}"
+    return out
 
 
 def idle_owned(ir: Problem, nodes: Sequence[Node]) -> list[Node]:

@@ -27,6 +27,7 @@ from collections import OrderedDict
 
 from hetcompile.ir.problem import MeasuredShape, Offer, PerfEntry, Problem, Shape, ShapeEstimate
 from hetcompile.passes.base import Pass, PassContext
+from hetcompile.passes.profile_pd import phase_shapes
 from hetcompile.perf import analytic
 from hetcompile.perf.capacity import chain_capacity
 from hetcompile.perf.tail import PERCENTILES, default_ttft_bound, tail_capacity
@@ -265,7 +266,10 @@ class Profile(Pass):
         key = hashlib.sha256(one.model_dump_json().encode()).hexdigest()
         if key not in _AT_ONE:
             table = perf_table(one)
-            _AT_ONE[key] = (table, enumerate_shapes(one, table))
+            shapes = enumerate_shapes(one, table)
+            if one.disaggregation:  # spec `disaggregation: auto`: prefill and decode shapes beside them
+                shapes = tuple(sorted(shapes + phase_shapes(one, table, shapes), key=lambda s: s.id))
+            _AT_ONE[key] = (table, shapes)
             if len(_AT_ONE) > _AT_ONE_SIZE:
                 _AT_ONE.popitem(last=False)
         _AT_ONE.move_to_end(key)

@@ -21,31 +21,38 @@ layers' KV, which vLLM's NixlConnector does not pair across unequal layer splits
 
 from __future__ import annotations
 
-from hetcompile.ir.problem import Problem, Shape, ShapeEstimate
-from hetcompile.perf.disagg import decode_capacity, decode_first_token, kv_transfer_s, prefill_capacity
+from hetcompile.ir.problem import PerfEntry, Problem, Shape, ShapeEstimate
+from hetcompile.ir.disagg import transfer_seconds
+from hetcompile.perf.disagg import decode_capacity, decode_first_token, prefill_capacity
 from hetcompile.perf.stepmodel import ReplicaModel
 
 
 def _estimate(base: ShapeEstimate, w: str, rps: float, full: float, conc: float, binding: str, ttft: float | None,
               tpot: float | None) -> ShapeEstimate:
-    """The base shape's estimate (its step model and tables) serving workload w alone."""
+    """The base shape's estimate (its step model and tables) serving workload w alone: w's numbers are
+    the phase's, the other workloads keep theirs at zero load (every table lists every workload)."""
+    def put(pairs: tuple, v) -> tuple:
+        return tuple((x, v if x == w else y) for x, y in pairs) + (((w, v),) if w not in dict(pairs) else ())
+
     return base.model_copy(update={
         "throughput_rps": tuple((x, rps if x == w else 0.0) for x, _ in base.throughput_rps),
         "full_rps": tuple((x, full if x == w else 0.0) for x, _ in (base.full_rps or base.throughput_rps)),
-        "concurrency": ((w, conc),), "binding": ((w, binding),),
-        "ttft_s": ((w, ttft),) if ttft is not None else (), "tpot_s": ((w, tpot),) if tpot is not None else ()})
+        "concurrency": put(base.concurrency, conc), "binding": put(base.binding, binding),
+        "ttft_s": put(base.ttft_s, ttft) if ttft is not None else tuple(p for p in base.ttft_s if p[0] != w),
+        "tpot_s": put(base.tpot_s, tpot) if tpot is not None else tuple(p for p in base.tpot_s if p[0] != w)})
 
 
-def phase_shapes(ir: Problem, shapes: tuple[Shape, ...]) -> tuple[Shape, ...]:
-    """Decode and prefill shapes (module docstring) for every workload, from the aggregated one-node
-    shapes `shapes` (their step models); sorted by id. Shapes that serve nothing are left out."""
-    kv = {e.model: e.kv_bytes_per_token_layer * ir.model(e.model).arch.layers for e in ir.perf or ()}
+def phase_shapes(ir: Problem, table: tuple[PerfEntry, ...], shapes: tuple[Shape, ...]) -> tuple[Shape, ...]:
+    """Decode and prefill shapes (module docstring) for every workload with an SLO (what the split
+    buys is separate control of TTFT and TPOT: a workload without targets has nothing to trade), from
+    the aggregated one-node shapes `shapes` (their step models) and the memory table `table` (the KV
+    bytes per token); sorted by id. Shapes that serve nothing are left out."""
     base: dict[str, tuple[Shape, ReplicaModel]] = {}  # one per (model, offer, TP): its SLO copies share the step model
     for s in shapes:
         if s.pp == 1 and s.role is None and s.estimate.step_model is not None:
             base.setdefault(s.id.split("|slo:")[0], (s, s.estimate.step_model))
     out: list[Shape] = []
-    for w in ir.workloads:
+    for w in (w for w in ir.workloads if w.ttft_slo is not None or w.tpot_slo is not None):
         mine = [sr for _, sr in sorted(base.items()) if sr[0].model == w.model]
         decodes = []
         for s, rm in mine:
@@ -55,12 +62,13 @@ def phase_shapes(ir: Problem, shapes: tuple[Shape, ...]) -> tuple[Shape, ...]:
                 continue
             sid = s.id.split("|slo:")[0]
             est = _estimate(s.estimate, w.name, d.requests_per_s, d.full_rps, d.max_num_seqs, d.binding, None, d.tpot_s)
+            # the decode replica runs with --max-num-seqs C*: its step model (the simulator's) says so too
+            est = est.model_copy(update={"step_model": rm.model_copy(update={"max_num_seqs": d.max_num_seqs})})
             decodes.append((s, rm, d, Shape(id=f"{sid}|decode:{w.name}", model=s.model, offer=s.offer, gpu=s.gpu,
                                         region=s.region, tp=s.tp, pp=1, partition=s.partition, price_per_s=s.price_per_s,
                                         estimate=est, role="decode", group=f"{w.name}@{sid}", max_num_seqs=d.max_num_seqs)))
         for s_d, rm_d, d, shape_d in decodes:
-            lat, bw = _link(ir, s_d.region)
-            transfer = kv_transfer_s(w.input_tokens, kv[w.model], lat, bw)
+            transfer = transfer_seconds(ir, table, w.name, s_d.region)
             after = transfer + decode_first_token(rm_d, d) + d.slot_wait_s
             budget = None if w.ttft_slo is None else w.ttft_slo - after
             pairs = []
@@ -76,9 +84,3 @@ def phase_shapes(ir: Problem, shapes: tuple[Shape, ...]) -> tuple[Shape, ...]:
             if pairs:  # a decode shape no prefill shape can feed within the TTFT target is no candidate
                 out += [shape_d, *pairs]
     return tuple(sorted(out, key=lambda s: s.id))
-
-
-def _link(ir: Problem, region: str) -> tuple[float, float]:
-    """(latency s, bytes/s) between two nodes of one region: the spec's intra-region link."""
-    link = next(l for l in ir.links if l.a == region and l.b == region)
-    return link.latency, link.bandwidth

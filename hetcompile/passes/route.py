@@ -31,6 +31,7 @@ from hetcompile.ir.problem import Problem
 from hetcompile.plan.routing import (
     VLLM_KEY_ENV,
     ClassMatch,
+    DisaggregatedGroup,
     ReplicaWeight,
     RoutedModel,
     RoutedReplica,
@@ -110,6 +111,8 @@ def routing_table(ir: Problem) -> RoutingTable:
         for r in ir.replicas:
             if r.shape == shape:
                 per_replica[(r.id, wn)] = rate / counts[shape]
+    role = {r.id: r.role for r in ir.replicas if r.role is not None}
+    groups = _groups(ir, per_replica)
     models = []
     for m in ir.models:
         ws = [w for w in ir.workloads if w.model == m.name]
@@ -119,7 +122,12 @@ def routing_table(ir: Problem) -> RoutingTable:
         order = [w for w in order if w.match] + [w for w in order if not w.match]
         classes = []
         for w in order:
-            shares = {rid: v for (rid, wn), v in per_replica.items() if wn == w.name and v > 0}
+            # whole requests go to aggregated replicas and to groups (a group's share: what its decode
+            # replicas take); a phase replica is reached only through its group
+            shares = {rid: v for (rid, wn), v in per_replica.items() if wn == w.name and v > 0 and rid not in role}
+            for g in groups.values():
+                if g[0] == w.name:
+                    shares[g[1]] = sum(v for _, v in g[3])
             total = sum(shares.values())
             weights = tuple(
                 ReplicaWeight(replica=rid, weight=round(v / total, WEIGHT_DIGITS)) for rid, v in sorted(shares.items())
@@ -138,16 +146,38 @@ def routing_table(ir: Problem) -> RoutingTable:
         replicas.append(
             RoutedReplica(
                 id=r.id, model=ir.model(r.model).served_name, endpoint=None, kv_capacity_tokens=max(1, est.kv_capacity_tokens),
-                max_num_seqs=ir.engine.max_num_seqs, prefill_tokens_per_s=round(est.prefill_tokens_per_s, 3),
+                max_num_seqs=r.max_num_seqs or ir.engine.max_num_seqs, prefill_tokens_per_s=round(est.prefill_tokens_per_s, 3),
                 decode_tokens_per_s=round(est.decode_tokens_per_s, 3),
                 gpu="+".join(sorted({s.gpu for s in r.stages})), region="+".join(sorted({s.region for s in r.stages})),
-                api_key_env=VLLM_KEY_ENV, **admission(r, by_name, rates),
+                api_key_env=VLLM_KEY_ENV, role=r.role, **admission(r, by_name, rates),
             )
         )
     return RoutingTable(
         plan=ir.name, spec_hash=ir.spec_hash, policy="weighted", models=tuple(sorted(models, key=lambda m: m.name)),
         replicas=tuple(replicas),
+        groups=tuple(DisaggregatedGroup(id=gid, model=ir.model(model).served_name, prefill=_weights(pre), decode=_weights(dec))
+                     for gid, (_, _, model, dec, pre) in ((g[1], g) for g in sorted(groups.values(), key=lambda g: g[1]))),
     )
+
+
+def _groups(ir: Problem, per_replica: dict[tuple[str, str], float]) -> dict[str, tuple]:
+    """Per disaggregated group with traffic: (workload, group id, model, [(decode replica, req/s)],
+    [(prefill replica, prompts/s)]). A group whose prefill or decode side gets no traffic is left out."""
+    assert ir.replicas is not None
+    out: dict[str, tuple] = {}
+    for r in ir.replicas:
+        if r.role is None or r.group is None:
+            continue
+        for (rid, w), v in sorted(per_replica.items()):
+            if rid == r.id and v > 0:
+                g = out.setdefault(r.group, (w, r.group, r.model, [], []))
+                (g[3] if r.role == "decode" else g[4]).append((r.id, v))
+    return {k: g for k, g in out.items() if g[3] and g[4]}
+
+
+def _weights(shares: list[tuple[str, float]]) -> tuple[ReplicaWeight, ...]:
+    total = sum(v for _, v in shares)
+    return tuple(ReplicaWeight(replica=rid, weight=round(v / total, WEIGHT_DIGITS)) for rid, v in sorted(shares))
 
 
 class Route(Pass):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from hetcompile.frozen import Frozen
 from hetcompile.names import Name, NodeId, PlanName, ReplicaId
@@ -346,6 +346,17 @@ class PlanReplica(Frozen):
     price_per_hour: Annotated[float, Field(description="$/h of its nodes")]
     step_model: Annotated[StepModelRecord | None, Field(description="step times its capacity comes from (perf/stepmodel.py, recorded by plan/step_record.py); the simulator replays them")] = None
     engine_args: Annotated[tuple[str, ...], Field(description="the vLLM engine flags every node of it runs with, '--flag value' each (ir/engine.py; node-specific flags such as rank, host and port are not listed): a change here is a change of the replica")] = ()
+    role: Annotated[Literal["prefill", "decode"] | None, Field(description="prefill or decode: one phase of a disaggregated group (`groups`); absent: whole requests")] = None
+    group: Annotated[str | None, Field(description="the disaggregated group it belongs to (absent: none)")] = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_role(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # a replica that runs whole requests is written as before P/D existed: plan.json keeps its bytes
+        data = handler(self)
+        for k in ("role", "group"):
+            if data.get(k) is None:
+                data.pop(k, None)
+        return data
 
     def replica_model(self) -> ReplicaModel | None:
         """perf's step model of `step_model` (None: the plan carries none for this replica)."""
@@ -362,6 +373,40 @@ class PlanReplica(Frozen):
             h = self.workloads[w].capacity_requests_per_s if w in self.workloads else None
             u += x / h if h and h > eps else 1.0
         return u
+
+
+class PlanGroup(Frozen):
+    """A disaggregated group (issue 35): a workload's prompts run on its prefill replicas, its KV moves
+    over the region's link, and its output tokens run on its decode replicas. `routing` names the
+    decode replicas with the group's share of the workload; a request routed to one is prefilled
+    first on one of `prefill` (the router's two-step flow, router/disagg.py)."""
+
+    id: Annotated[str, Field(description="group id (the routing table's)")]
+    workload: str
+    model: str
+    prefill: Annotated[dict[str, float], Field(description="prefill replica -> its share of the group's prompts")]
+    decode: Annotated[dict[str, float], Field(description="decode replica -> its share of the group's requests")]
+    transfer_s: Annotated[float, Field(description="T_KV: one prompt's KV over the link from prefill to decode, seconds")]
+
+
+class AlternativeWorkload(Frozen):
+    name: str
+    served_requests_per_s: float
+    ttft_s: Annotated[float | None, Field(description="p99 TTFT: simulated where the alternative was verified, else the tail model's")]
+    tpot_s: Annotated[float | None, Field(description="p99 TPOT, the same way")]
+    met: Annotated[bool | None, Field(description="its SLO met (null: no SLO)")] = None
+
+
+class AggregatedAlternative(Frozen):
+    """The same spec built with `disaggregation: off` by the same pipeline (verification included):
+    what the plan's disaggregated groups are weighed against."""
+
+    scale: Annotated[float, Field(description="theta: multiple of the demand mix it serves")]
+    price_per_hour: float
+    replicas: int
+    gpus: int
+    verified: Annotated[bool, Field(description="its p99s are the build's simulation's (else the tail model's)")]
+    workloads: tuple[AlternativeWorkload, ...]
 
 
 class Totals(Frozen):
@@ -411,7 +456,10 @@ class PlanDoc(Frozen):
     engine: EngineSettings
     nodes: tuple[PlanNode, ...]
     replicas: tuple[PlanReplica, ...]
-    routing: Annotated[dict[str, dict[str, float]], Field(description="workload class -> replica -> weight")]
+    routing: Annotated[dict[str, dict[str, float]], Field(description="workload class -> replica -> weight (a disaggregated group's requests: its decode replicas)")]
+    groups: Annotated[tuple[PlanGroup, ...] | None, Field(description="prefill/decode disaggregated groups (absent: none)")] = None
+    aggregated: Annotated[AggregatedAlternative | None, Field(description="disaggregation: auto: the best plan without groups, "
+                                                                          "built and verified the same way (absent: not built)")] = None
     totals: Totals
     passes: tuple[PassSummary, ...]
     placement: Annotated[tuple[ModelPlacement, ...], Field(description="mixed pipelines: what placement found per model")] = ()

@@ -48,6 +48,9 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, mod
 from hetcompile.frozen import Frozen
 
 Policy = Literal["weighted", "kv-aware", "min-max", "round-robin", "least-outstanding"]
+KV_CONNECTOR = "NixlConnector"  # vLLM's KV connector of every disaggregated group hetcompile plans (ir/engine.py)
+KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}  # its kv_role per phase (kv_both is deprecated for it)
+
 # the phase a replica of a disaggregated group runs (None: the whole request)
 Role = Literal["prefill", "decode"]
 POLICIES: tuple[str, ...] = ("weighted", "kv-aware", "min-max", "round-robin", "least-outstanding")
@@ -157,8 +160,8 @@ class DisaggregatedGroup(Frozen):
     ]
     kv_connector: Annotated[
         str,
-        Field(default="NixlConnector", description="vLLM KV connector of the members' --kv-transfer-config (kv_role kv_producer on prefill replicas, kv_consumer on decode replicas)"),
-    ] = "NixlConnector"
+        Field(default=KV_CONNECTOR, description="vLLM KV connector of the members' --kv-transfer-config (kv_role kv_producer on prefill replicas, kv_consumer on decode replicas)"),
+    ] = KV_CONNECTOR
 
 
 class RoutingTable(Frozen):

@@ -95,6 +95,7 @@ class Request:
     cached: int = 0  # prompt tokens served by vLLM's prefix cache (a shared system prompt): never prefilled
     order: int = 0  # admission number on its replica: its place in the running list
     submitted: float = 0.0  # when the scheduler saw it (arrival + request_overhead_s)
+    prefilled_on: str = ""  # a disaggregated group's request: the prefill replica that ran its prompt (simulate/run.py)
 
     def cache_hit(self) -> int:
         """Prompt tokens the prefix cache serves: `cached`, less the one token vLLM always computes."""

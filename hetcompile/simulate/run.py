@@ -176,15 +176,33 @@ def replay(plan: PlanDoc, arrivals: list[Arrival], duration: float) -> tuple[lis
     unrouted = sorted({a.workload for a in arrivals if a.workload not in pickers})
     if unrouted:
         raise SimulationError(f"the plan routes no replica for workload(s) {', '.join(unrouted)}")
+    # a disaggregated group (simulate/disagg.py has the flow): a request routed to one of its decode
+    # replicas is first a one-token request on one of its prefill replicas (smooth WRR by the group's
+    # prefill weights), then crosses the link for transfer_s, then arrives at the decode replica with
+    # its prompt's KV in place (`cached`); TTFT counts from its arrival at the prefill side
+    group_of = {d: g for g in plan.groups or () for d in g.decode}
+    prefill_picker = {g.id: (SmoothWRR([g.prefill[p] for p in sorted(g.prefill)]), sorted(g.prefill)) for g in plan.groups or ()}
+    firsts: dict[int, tuple[str, Request, float]] = {}  # a prefill's request id -> (decode replica, client, transfer)
 
     def arrive(a: Arrival) -> None:
         picker, reps = pickers[a.workload]
         i = picker.pick(range(len(reps)))
         assert i is not None  # every routed replica is eligible: the weights are positive
         rep = reps[i]
-        req = Request(len(requests), a.workload, a.t, a.input_tokens, a.output_tokens)
+        g = group_of.get(rep)
+        req = Request(len(requests), a.workload, a.t, a.input_tokens, a.output_tokens,
+                      cached=a.input_tokens if g is not None else 0)
         requests.append(req)
-        driver.arrive(rep, req)
+        if g is None:
+            driver.arrive(rep, req)
+            return
+        pick, pre = prefill_picker[g.id]
+        j = pick.pick(range(len(pre)))
+        assert j is not None
+        first = Request(-len(requests), a.workload, a.t, a.input_tokens, 1)  # negative ids: never a client's
+        firsts[first.id] = (rep, req, g.transfer_s)
+        req.prefilled_on = pre[j]
+        driver.arrive(pre[j], first)
 
     for a in arrivals:
         driver.loop.at(a.t, arrive, a)
@@ -192,6 +210,10 @@ def replay(plan: PlanDoc, arrivals: list[Arrival], duration: float) -> tuple[lis
     finished = [0]
 
     def done(r: Request) -> None:
+        if r.id in firsts:  # a prefill finished: its KV moves to the decode replica
+            rep, client, transfer = firsts.pop(r.id)
+            driver.at_from_step(driver.loop.now + transfer, driver.arrive, rep, client)
+            return
         if r.arrival <= duration:
             finished[0] += 1
 
@@ -293,8 +315,10 @@ def replica_load(plan: PlanDoc, requests: list[Request], warmup: float, duration
     done: dict[str, dict[str, int]] = {}
     for r in requests:
         if r.finish is not None and warmup <= r.finish <= duration:
-            mine = done.setdefault(r.replica, {})
-            mine[r.workload] = mine.get(r.workload, 0) + 1
+            # a group's request counts on its decode replica and on the prefill replica that ran its prompt
+            for rep in (r.replica, r.prefilled_on) if r.prefilled_on else (r.replica,):
+                mine = done.setdefault(rep, {})
+                mine[r.workload] = mine.get(r.workload, 0) + 1
     return {rep.id: rep.load({w: n / window for w, n in sorted(done.get(rep.id, {}).items())}) for rep in plan.replicas}
 
 

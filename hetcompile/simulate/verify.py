@@ -148,10 +148,13 @@ def part_of(plan: PlanDoc, workloads: set[str]) -> PlanDoc:
             break
         reps |= more
         ws = wider
+    groups = tuple(g for g in plan.groups or () if set(g.decode) & reps)
+    reps |= {p for g in groups for p in g.prefill}  # a group's prefill replicas are reached through its decode ones
     return plan.model_copy(update={
         "replicas": tuple(r for r in plan.replicas if r.id in reps),
         "workloads": tuple(w for w in plan.workloads if w.name in ws),
         "routing": {w: x for w, x in plan.routing.items() if w in ws},
+        "groups": groups or None,
     })
 
 
