@@ -125,3 +125,17 @@ def test_phase_replicas_lower_to_nixl_connector_flags_env_and_setup(example_arti
         assert "nixl" in task["setup"]
         seqs = int(argv[argv.index("--max-num-seqs") + 1])
         assert seqs == (r["workloads"]["rag"]["concurrency"] if r["role"] == "decode" else plan["engine"]["max_num_seqs"])
+
+
+def test_explain_shows_each_group_and_the_plan_without_groups() -> None:
+    from hetcompile.explain.explain import explain_plan as explain
+    from hetcompile.explain.render import render_explanation
+
+    doc = plan_doc(build(PD_RAG).ir)
+    e = explain(doc)
+    assert e.disaggregation[0].startswith("rag --> [prefill ") and "==KV " in e.disaggregation[0]
+    assert e.disaggregation[1].startswith("with groups: ") and "without: " in e.disaggregation[1]
+    assert "Prefill/decode disaggregation" in render_explanation(e, "md")
+    assert "disaggregation" in json.loads(render_explanation(e, "json"))
+    plain = explain(plan_doc(build(PD_CHAT).ir))
+    assert plain.disaggregation == () and "disaggregation" not in json.loads(render_explanation(plain, "json"))

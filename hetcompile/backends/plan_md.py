@@ -5,6 +5,7 @@ from __future__ import annotations
 from hetcompile.backends.templating import render
 from hetcompile.plan import human
 from hetcompile.plan.doc import PlanDoc
+from hetcompile.plan.groups import group_picture
 
 
 def _f(x: object) -> str:
@@ -48,4 +49,4 @@ def plan_md(plan: PlanDoc, pictures: str = "") -> str:
     shows the rounded numbers plan.json states. `pictures`: a markdown block (explain/pictures.py)
     placed after the summary and what binds."""
     return render("plan.md.j2", p=plan, t=plan.totals, summary=summary(plan), f=_f, f2=_f2, pct=_pct, plain=_plain, n=human.plural,
-                  money=human.money, pictures=pictures)
+                  money=human.money, pictures=pictures, group_picture=group_picture)

@@ -136,6 +136,7 @@ def explanation_doc(e: Explanation) -> Doc:
           if e.what_it_would_take else []),
         *([Section("Alternatives (compose's budget sweep and runners-up)", tuple(f"- {x}" for x in e.alternatives))]
           if e.alternatives else []),
+        *([Section("Prefill/decode disaggregation", tuple(f"- {x}" for x in e.disaggregation))] if e.disaggregation else []),
         Section("Replicas", (replicas,
                              "busy = U_r, the share of the replica's time the plan's served rates use "
                              "(sum over workloads of routed / capacity).")),

@@ -17,6 +17,7 @@ Bottleneck of a chain, from the per-workload `binding` the profile pass records
 
 from __future__ import annotations
 
+from hetcompile.plan.groups import group_picture, versus
 from hetcompile.plan import human
 from collections import defaultdict
 
@@ -308,4 +309,5 @@ def explain_plan(plan: PlanDoc) -> Explanation:
         notes=notes(plan, views, cost),
         what_it_would_take=what_it_would_take(plan),
         alternatives=alternatives(plan),
+        disaggregation=tuple(group_picture(plan, g) for g in plan.groups or ()) + tuple(versus(plan)),
     )

@@ -205,6 +205,9 @@ class Explanation(Frozen):
     alternatives: Annotated[tuple[str, ...], Field(
         description="the cost vs served-demand frontier of compose's budget sweep (this plan marked) and the runners-up "
                     "with why each lost (plan.json alternatives, in words); empty when the plan has none")] = ()
+    disaggregation: Annotated[tuple[str, ...], Field(
+        description="each prefill/decode group as a line (prefill replicas, the KV link, decode replicas) and the plan beside "
+                    "the same spec built without groups (plan.json groups and aggregated); empty when the plan has none")] = ()
 
 
 # --------------------------------------------------------------------------- diff

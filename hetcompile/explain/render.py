@@ -138,7 +138,7 @@ def render_explanation(e: Explanation, fmt: Format) -> str | Doc:
     if fmt == "json":
         # explanations of plans without these blocks keep their bytes
         drop = {k for k in ("primary_workers",) if getattr(e, k) is None}
-        drop |= {k for k in ("what_it_would_take", "alternatives") if not getattr(e, k)}
+        drop |= {k for k in ("what_it_would_take", "alternatives", "disaggregation") if not getattr(e, k)}
         out = e.model_dump(mode="json", exclude=drop or None)
         return dumps_json(out)
     if fmt == "dot":
