@@ -134,3 +134,17 @@ def test_compose_takes_the_split_for_long_prompts_at_a_tight_tpot_and_not_for_sh
     t, both = _min_cost(short, short.shapes + phase_shapes(short, short.perf, short.shapes))
     assert both.cost == pytest.approx(agg.cost)  # 512-token prompts: the split buys nothing
     assert not {t.shape_role.get(c) for c, n in both.y.items() if n} - {None}
+
+
+def test_a_prefill_and_a_decode_gpu_pair_only_within_one_attention_backend_family(tmp_path) -> None:
+    from hetcompile.passes.profile_pd import attention_family, phase_shapes
+    from hetcompile.perf.catalog import lookup_gpu
+
+    family = {g: attention_family(lookup_gpu(g)) for g in ("H100", "L40S", "A100", "T4")}
+    assert family == {"H100": "flash-attn", "L40S": "flash-attn", "A100": "flash-attn", "T4": "other"}
+    b200 = lookup_gpu("H100").model_copy(update={"name": "B200", "compute_capability": "10.0"})  # not in the catalog
+    assert attention_family(b200) == "flashinfer"
+    ir = _profiled(8192, 25, tmp_path)  # H100 and L40S: one family, so cross-type pairs are offered
+    pairs = {(s.gpu, s.group.split("us-east-1/")[1].split("x")[0]) for s in phase_shapes(ir, ir.perf, ir.shapes)
+             if s.role == "prefill"}
+    assert ("L40S", "H100") in pairs or ("H100", "L40S") in pairs

@@ -119,7 +119,8 @@ def test_phase_replicas_lower_to_nixl_connector_flags_env_and_setup(example_arti
         line = next(x for x in script.splitlines() if "--kv-transfer-config" in x).rstrip(" \\")
         words = shlex.split(line)  # the shell word the script passes: JSON, quoted once
         config = json.loads(words[words.index("--kv-transfer-config") + 1])
-        assert config == {"kv_connector": "NixlConnector", "kv_role": {"prefill": "kv_producer", "decode": "kv_consumer"}[r["role"]]}
+        assert config == {"kv_connector": "NixlConnector", "kv_role": {"prefill": "kv_producer", "decode": "kv_consumer"}[r["role"]],
+                          "kv_load_failure_policy": "fail"}
         assert argv[argv.index("--block-size") + 1] == "16"  # both sides pin the block size their handshake compares
         assert "VLLM_NIXL_SIDE_CHANNEL_HOST" in script and "UCX_TLS" in script
         assert "nixl" in task["setup"]
@@ -139,3 +140,8 @@ def test_explain_shows_each_group_and_the_plan_without_groups() -> None:
     assert "disaggregation" in json.loads(render_explanation(e, "json"))
     plain = explain(plan_doc(build(PD_CHAT).ir))
     assert plain.disaggregation == () and "disaggregation" not in json.loads(render_explanation(plain, "json"))
+
+
+def test_a_group_on_aws_says_which_ports_the_user_must_open() -> None:
+    notes = next(p for p in build(PD_RAG).ir.reports if p.name == "disaggregation").notes
+    assert any(n.startswith("AWS: before rag-pd0 can move KV") and "5600" in n for n in notes)

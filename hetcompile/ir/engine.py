@@ -29,14 +29,23 @@ def step_budget(ir: Problem, r: Replica) -> int:
 
 def kv_transfer_config(role: str) -> str:
     """--kv-transfer-config of a prefill or decode replica: vLLM's NixlConnector with the phase's
-    kv_role (docs/disaggregation.md). Nothing else is set: a KV load that fails is left to vLLM's default
-    handling (its KV-load-failure recovery example reschedules the request and recomputes the prompt), and
-    the router retries a decode that fails with a fresh prefill (router/disagg.py)."""
-    return json.dumps({"kv_connector": KV_CONNECTOR, "kv_role": KV_ROLE[role]}, sort_keys=True, separators=(",", ":"))
+    kv_role (docs/disaggregation.md), as compact JSON with sorted keys.
+
+    `kv_load_failure_policy: fail` (KVTransferConfig, vLLM 0.32: "recompute" or "fail", default "fail") is
+    pinned, not left to the default: a decode replica whose KV pull fails must end the request, which the
+    router then retries with a fresh prefill (router/proxy.py, forward_group). "recompute" would run the
+    prompt's prefill on the decode replica, inside the decode steps its --max-num-seqs (C*) was sized for
+    without any prompt work (perf/disagg.py)."""
+    config = {"kv_connector": KV_CONNECTOR, "kv_role": KV_ROLE[role], "kv_load_failure_policy": "fail"}
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-# vLLM's KV block size on GPUs; both sides of a NixlConnector transfer must agree on it (its
-# handshake compares them), so a phase replica pins it rather than trusting each side's default
+# vLLM's KV block size on GPUs, pinned on both sides of a NixlConnector transfer rather than trusting
+# each side's default: the handshake checks it (vLLM 0.32 can map a remote block size that differs by a
+# whole ratio, a path a pinned pair never takes). Of what the handshake's compatibility hash compares,
+# the model, --dtype (bfloat16 on every replica) and the KV-cache dtype (never set: "auto" on both) are
+# equal by construction; the attention backend is each GPU's default, equal on compute capability 8.x
+# and 9.x but not between a B200 and those (docs/disaggregation.md, "What is not there yet").
 PD_BLOCK_SIZE = 16
 
 

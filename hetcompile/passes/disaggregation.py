@@ -54,5 +54,22 @@ class Disaggregation(Pass):
         note = (f"{human.plural(len(split), 'group')} ({', '.join(split)}); without them the same spec's best plan serves "
                 f"{human.number(summary.scale)}x the demand for ${summary.price_per_hour:.2f}/h")
         ctx.log(f"disaggregation: {note}")
+        notes = (note, *aws_notes(ir))
+        for extra in notes[1:]:
+            ctx.log(f"disaggregation: {extra}")
         return ir.model_copy(update={"aggregated": summary, "reports": (*ir.reports, PassReport(
-            name=self.name, status="ok", time_s=0.0, notes=(note,)))})
+            name=self.name, status="ok", time_s=0.0, notes=notes))})
+
+
+def aws_notes(ir: Problem) -> tuple[str, ...]:
+    """What a user must open by hand before the groups in AWS regions can move KV: each replica is its
+    own SkyPilot cluster, and on AWS a cluster with ports gets a security group of its own
+    (sky-sg-<cluster>), so the NIXL side channel and UCX's TCP ports between a group's clusters are closed."""
+    assert ir.replicas is not None and ir.nodes is not None
+    clouds = {n.id: n.cloud for n in ir.nodes}
+    aws = sorted({r.group for r in ir.replicas if r.group is not None and clouds[r.stages[0].node] == "aws"})
+    if not aws:
+        return ()
+    return (f"AWS: before {', '.join(aws)} can move KV, allow TCP between the security groups of their clusters "
+            "(sky-sg-<cluster>): the NIXL side channel (5600) and UCX's data ports; SkyPilot opens only the vLLM "
+            "port (docs/disaggregation.md)",)

@@ -14,7 +14,8 @@ prefill shapes were sized with. Sizing a prefill shape per decode partner, rathe
 partner of the region, keeps the estimate exact; the price is P x D prefill shapes per workload and
 region, which is why phase shapes are offered only where the spec asks for them.
 
-KV moves only inside a region (the spec's intra-region link: latency and bandwidth between nodes);
+KV moves only inside a region (the spec's intra-region link: latency and bandwidth between nodes),
+and only between GPUs whose default attention backend is the same (`attention_family`);
 a phase shape's model must fit one node (PP 1): a pipeline's stages would each move their own
 layers' KV, which vLLM's NixlConnector does not pair across unequal layer splits.
 """
@@ -25,6 +26,7 @@ from hetcompile.ir.problem import PerfEntry, Problem, Shape, ShapeEstimate
 from hetcompile.ir.disagg import transfer_seconds
 from hetcompile.perf.disagg import decode_capacity, decode_first_token, prefill_capacity
 from hetcompile.perf.stepmodel import ReplicaModel
+from hetcompile.perf.types import GpuType
 
 
 def _estimate(base: ShapeEstimate, w: str, rps: float, full: float, conc: float, binding: str, ttft: float | None,
@@ -40,6 +42,18 @@ def _estimate(base: ShapeEstimate, w: str, rps: float, full: float, conc: float,
         "concurrency": put(base.concurrency, conc), "binding": put(base.binding, binding),
         "ttft_s": put(base.ttft_s, ttft) if ttft is not None else tuple(p for p in base.ttft_s if p[0] != w),
         "tpot_s": put(base.tpot_s, tpot) if tpot is not None else tuple(p for p in base.tpot_s if p[0] != w)})
+
+
+def attention_family(gpu: GpuType) -> str:
+    """The attention backend vLLM picks by default on the GPU, by compute capability (vLLM 0.32's
+    platform defaults: FlashInfer from 10.0, FlashAttention from 8.0, another kernel below). The
+    NixlConnector's handshake compares the backend's name, so a prefill and a decode replica pair only
+    within one family (a B200 with an H100 would refuse every transfer). Unknown capability: its own name."""
+    cc = gpu.compute_capability
+    if cc is None:
+        return f"unknown:{gpu.name}"
+    major = float(cc)
+    return "flashinfer" if major >= 10.0 else "flash-attn" if major >= 8.0 else "other"
 
 
 def phase_shapes(ir: Problem, table: tuple[PerfEntry, ...], shapes: tuple[Shape, ...]) -> tuple[Shape, ...]:
@@ -72,7 +86,8 @@ def phase_shapes(ir: Problem, table: tuple[PerfEntry, ...], shapes: tuple[Shape,
             after = transfer + decode_first_token(rm_d, d) + d.slot_wait_s
             budget = None if w.ttft_slo is None else w.ttft_slo - after
             pairs = []
-            for s, rm in (x for x in mine if x[0].region == s_d.region):
+            for s, rm in (x for x in mine if x[0].region == s_d.region
+                          and attention_family(ir.gpu(x[0].gpu)) == attention_family(ir.gpu(s_d.gpu))):
                 p = prefill_capacity(rm, w.input_tokens, budget, w.slo_quantile, ir.max_utilization)
                 if p.requests_per_s <= 0:
                     continue

@@ -2,8 +2,8 @@
 
 A `DisaggregatedGroup` of the routing table (plan/routing.py) pairs replicas that run only the
 prefill with replicas that run only the decode; their vLLMs run with
-`--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'` on the prefill
-replicas and `"kv_role":"kv_consumer"` on the decode replicas (vLLM 0.32 deprecates `kv_both` for
+`--kv-transfer-config '{"kv_connector":"NixlConnector","kv_load_failure_policy":"fail","kv_role":"kv_producer"}'`
+on the prefill replicas and `"kv_role":"kv_consumer"` on the decode replicas (ir/engine.py; vLLM 0.32 deprecates `kv_both` for
 NixlConnector: `nixl/connector.py` warns; the request's `kv_transfer_params` decide the direction,
 the role only what each side keeps). The router
 serves a request routed to a group in two steps (proxy.py, `Proxy.forward_group`):

@@ -13,10 +13,12 @@ PORT="${HC_PORT:-8000}"
 AUTH=()
 if [ -n "${HC_VLLM_API_KEY:-}" ]; then AUTH=(--api-key "$HC_VLLM_API_KEY")
 else echo "node0: HC_VLLM_API_KEY is not set: vLLM serves /v1 WITHOUT auth" >&2; fi
-# decode replica of a disaggregated group (docs/disaggregation.md): the NixlConnector advertises
-# this address to the decode side in kv_transfer_params, so it must be the node's routable private IP,
-# not 0.0.0.0; UCX moves the KV over TCP unless the machine has RDMA (set UCX_TLS=all to use it).
-export VLLM_NIXL_SIDE_CHANNEL_HOST="${HC_NIXL_HOST:-$(hostname -I | awk '{print $1}')}"
+# decode replica of a disaggregated group (docs/disaggregation.md): the other side of the group reaches
+# the NixlConnector at this address (a prefill advertises it in kv_transfer_params), so it must be the
+# node's routable private IP, not 0.0.0.0 (vLLM's own default is localhost); UCX moves the KV over TCP
+# unless the machine has RDMA (set UCX_TLS=all to use it). HC_NIXL_HOST overrides the address.
+export VLLM_NIXL_SIDE_CHANNEL_HOST="${HC_NIXL_HOST:-$(hostname -I 2>/dev/null | awk '{print $1}')}"
+: "${VLLM_NIXL_SIDE_CHANNEL_HOST:?node0: no private IP for the NIXL side channel (hostname -I): set HC_NIXL_HOST}"
 export VLLM_NIXL_SIDE_CHANNEL_PORT="${VLLM_NIXL_SIDE_CHANNEL_PORT:-5600}"
 export UCX_TLS="${UCX_TLS:-tcp,cuda_copy}"
 exec vllm serve "$MODEL" \
@@ -28,7 +30,7 @@ exec vllm serve "$MODEL" \
   --gpu-memory-utilization 0.92 \
   --max-num-seqs 229 \
   --max-num-batched-tokens 2048 \
-  --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}' \
+  --kv-transfer-config '{"kv_connector":"NixlConnector","kv_load_failure_policy":"fail","kv_role":"kv_consumer"}' \
   --block-size 16 \
   --host "$HOST" \
   --port "$PORT" \
