@@ -145,3 +145,25 @@ def test_explain_shows_each_group_and_the_plan_without_groups() -> None:
 def test_a_group_on_aws_says_which_ports_the_user_must_open() -> None:
     notes = next(p for p in build(PD_RAG).ir.reports if p.name == "disaggregation").notes
     assert any(n.startswith("AWS: before rag-pd0 can move KV") and "5600" in n for n in notes)
+
+
+def test_a_bare_off_is_the_word_not_yaml_false(tmp_path) -> None:
+    from hetcompile.driver import compile_spec
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(PD_CHAT.read_text().replace("disaggregation: auto", "disaggregation: off"))  # YAML 1.1: false
+    ir = compile_spec(spec, stop_after="profile").ir
+    assert not ir.disaggregation and not any(s.role for s in ir.shapes)
+
+
+def test_a_rollout_into_groups_writes_only_the_new_plans_own_table() -> None:
+    from hetcompile.migrate.actions import RolloutError, refuse_group_step
+
+    pd = plan_doc(build(PD_RAG).ir)
+    plain = plan_doc(build(PD_CHAT).ir)
+    refuse_group_step(plain, plain, 3, final=False)  # no groups on either side: any table
+    refuse_group_step(plain, pd, 7, final=True)  # the new plan's own table knows its groups
+    with pytest.raises(RolloutError, match="into prefill/decode groups"):
+        refuse_group_step(plain, pd, 2, final=False)
+    with pytest.raises(RolloutError, match="out of prefill/decode groups"):
+        refuse_group_step(pd, plain, 2, final=False)

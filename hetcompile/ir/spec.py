@@ -358,6 +358,11 @@ class PlacementSpec(_Spec):
     ] = 0.05
 
 
+def _off_as_written(v: object) -> object:
+    """YAML 1.1 reads a bare `off` as false: take it as the word the user wrote."""
+    return "off" if v is False else v
+
+
 class Spec(_Spec):
     """A hetcompile spec: what to serve, on what, within what budget."""
 
@@ -378,6 +383,7 @@ class Spec(_Spec):
     ] = DEFAULT_TTFT_SLOWDOWN
     disaggregation: Annotated[
         Literal["off", "auto"],
+        BeforeValidator(_off_as_written),
         Field(default="off", description="prefill/decode disaggregation (docs/disaggregation.md): auto lets compose give an SLO "
                                          "workload prefill and decode replicas of their own, paired in one region, where "
                                          "that is cheaper; off: every replica runs whole requests")

@@ -160,10 +160,15 @@ def target(old: PlanDoc, new: PlanDoc, u: Unit, old_dir: Path, new_dir: Path, na
     return Target(cluster=cluster, side=side, rid=rid, port=_port(_task(d, rid), f"{d}/sky/{rid}.yaml"))
 
 
+def own_table(rows: tuple[Routed, ...], new_rt: RoutingTable) -> bool:
+    """Whether `rows` route exactly the new plan's replicas on its own mix: its table serves them as is."""
+    return all(r.mix == "new" for r in rows) and {r.unit.id_on("new") for r in rows} == {x.id for x in new_rt.replicas}
+
+
 def routed_table(rows: tuple[Routed, ...], old_rt: RoutingTable, new_rt: RoutingTable) -> tuple[RoutingTable, dict[str, Unit]]:
     """The routing table serving `rows`, and which unit each of its replica ids is."""
     new_ids = {r.unit.id_on("new") for r in rows if r.mix == "new"}
-    if all(r.mix == "new" for r in rows) and new_ids == {x.id for x in new_rt.replicas}:
+    if own_table(rows, new_rt):
         return new_rt, {r.unit.id_on("new"): r.unit for r in rows}
     specs = {"old": {x.id: x for x in old_rt.replicas}, "new": {x.id: x for x in new_rt.replicas}}
     reps: list[RoutedReplica] = []
@@ -230,6 +235,19 @@ def refuse_mixed(old: PlanDoc, new: PlanDoc) -> None:
                            hint="use the plans' deploy.sh / teardown.sh for those plans")
 
 
+def refuse_group_step(old: PlanDoc, new: PlanDoc, index: int, final: bool) -> None:
+    """A rollout between plans with prefill/decode groups may launch, restart and tear down, and write
+    the new plan's own table, but not route or drain through a table of its own making: such a table
+    gives each replica a share of a class, and a phase replica serves a class only through its group
+    (plan/routing.py). Until those tables know groups, such a rollout is refused rather than run half-right."""
+    if (old.groups or new.groups) and not final:
+        raise RolloutError(
+            f"rolling {'into' if new.groups else 'out of'} prefill/decode groups step by step is not supported yet "
+            f"(step {index} would route through a table that splits a group's replicas)",
+            hint="tear the old plan down (hetcompile teardown OLD) and deploy the new one, or build both with "
+                 "`disaggregation: off`")
+
+
 def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: Migration, names: Names, *,
                  router_cluster: str, router_port: int, notes: tuple[str, ...] = (), work: str = "migrate",
                  command: str = "", secrets_dir: Path | None = None, key_extra: str = "") -> Rollout:
@@ -279,6 +297,7 @@ def rollout_from(old: PlanDoc, new: PlanDoc, old_dir: Path, new_dir: Path, mig: 
                                   running=after, port=t.port, rid=t.rid))
         else:
             rows = s.routed if s.action == "route" else state.table(p)
+            refuse_group_step(old, new, s.index, own_table(rows, new_rt))
             table, ids = routed_table(rows, old_rt, new_rt)
             eps = []
             for tid, unit in sorted(ids.items(), key=lambda kv: natural_key(kv[0])):
