@@ -26,6 +26,7 @@ routing over the flow); Xiong et al., "High-Throughput LLM inference on Heteroge
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from hetcompile.ir.problem import Problem
 from hetcompile.plan.routing import (
@@ -126,8 +127,8 @@ def routing_table(ir: Problem) -> RoutingTable:
             # replicas take); a phase replica is reached only through its group
             shares = {rid: v for (rid, wn), v in per_replica.items() if wn == w.name and v > 0 and rid not in role}
             for g in groups.values():
-                if g[0] == w.name:
-                    shares[g[1]] = sum(v for _, v in g[3])
+                if g.workload == w.name:
+                    shares[g.id] = sum(v for _, v in g.decode)
             total = sum(shares.values())
             weights = tuple(
                 ReplicaWeight(replica=rid, weight=round(v / total, WEIGHT_DIGITS)) for rid, v in sorted(shares.items())
@@ -155,24 +156,35 @@ def routing_table(ir: Problem) -> RoutingTable:
     return RoutingTable(
         plan=ir.name, spec_hash=ir.spec_hash, policy="weighted", models=tuple(sorted(models, key=lambda m: m.name)),
         replicas=tuple(replicas),
-        groups=tuple(DisaggregatedGroup(id=gid, model=ir.model(model).served_name, prefill=_weights(pre), decode=_weights(dec))
-                     for gid, (_, _, model, dec, pre) in ((g[1], g) for g in sorted(groups.values(), key=lambda g: g[1]))),
+        groups=tuple(DisaggregatedGroup(id=g.id, model=ir.model(g.model).served_name, prefill=_weights(g.prefill),
+                                        decode=_weights(g.decode)) for _, g in sorted(groups.items())),
     )
 
 
-def _groups(ir: Problem, per_replica: dict[tuple[str, str], float]) -> dict[str, tuple]:
-    """Per disaggregated group with traffic: (workload, group id, model, [(decode replica, req/s)],
-    [(prefill replica, prompts/s)]). A group whose prefill or decode side gets no traffic is left out."""
+@dataclass(frozen=True)
+class _Group:
+    """A disaggregated group with traffic: its replicas' planned req/s of the group's workload."""
+
+    id: str
+    workload: str
+    model: str
+    decode: list[tuple[str, float]] = field(default_factory=list)  # (replica, requests/s)
+    prefill: list[tuple[str, float]] = field(default_factory=list)  # (replica, prompts/s)
+
+
+def _groups(ir: Problem, per_replica: dict[tuple[str, str], float]) -> dict[str, _Group]:
+    """Every disaggregated group by id, its members' rates from compose; a group whose prefill or
+    decode side gets no traffic is left out."""
     assert ir.replicas is not None
-    out: dict[str, tuple] = {}
+    out: dict[str, _Group] = {}
     for r in ir.replicas:
         if r.role is None or r.group is None:
             continue
         for (rid, w), v in sorted(per_replica.items()):
             if rid == r.id and v > 0:
-                g = out.setdefault(r.group, (w, r.group, r.model, [], []))
-                (g[3] if r.role == "decode" else g[4]).append((r.id, v))
-    return {k: g for k, g in out.items() if g[3] and g[4]}
+                g = out.setdefault(r.group, _Group(r.group, w, r.model))
+                (g.decode if r.role == "decode" else g.prefill).append((r.id, v))
+    return {k: g for k, g in out.items() if g.decode and g.prefill}
 
 
 def _weights(shares: list[tuple[str, float]]) -> tuple[ReplicaWeight, ...]:
