@@ -195,7 +195,8 @@ class PlannedTails:
         assert self.ir.replicas is not None  # a built plan has them
         weights = self.routing.get(w, {})
         phase = [r for r in self.ir.replicas if r.role == "decode" and weights.get(r.id, 0.0) > 0]
-        total = sum(x for r, x in weights.items() if r not in {p.id for p in phase})
+        phase_ids = {r.id for r in phase}
+        total = sum(x for r, x in weights.items() if r not in phase_ids)
         routed = [(weights[r.id] / total, r) for r in self.ir.replicas
                   if total > 0 and weights.get(r.id, 0.0) > 0 and r.role is None and r.estimate.step_model is not None]
         if not routed and not phase:

@@ -24,6 +24,7 @@ from hetcompile.plan import human
 from hetcompile.ir.problem import Problem
 from hetcompile.plan.doc import Alternatives, FrontierPoint, RunnerUp
 from hetcompile.passes.compose_model import ComposeSolution, ComposeTables
+from hetcompile.passes.profile_pd import group_workload
 
 BUDGET_FACTORS = (0.25, 0.5, 0.75, 1.5, 2.0)
 MAX_RUNNERS = 3
@@ -58,7 +59,7 @@ def mean_tpot(ir: Problem, sol: ComposeSolution) -> float | None:
 
 def _shape_label(ir: Problem, c: str) -> str:
     s = next(x for x in ir.shapes or () if x.id == c)
-    role = f", {s.role} of {s.id.split(f'|{s.role}:')[1].split('|')[0]}" if s.role is not None else ""  # a phase shape
+    role = f", {s.role} of {group_workload(s.group)}" if s.role is not None and s.group is not None else ""  # a phase shape
     return f"{s.tp * s.pp}x {s.gpu} in {s.region} (tp={s.tp}, pp={s.pp}{role})"
 
 

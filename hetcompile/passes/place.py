@@ -30,6 +30,7 @@ from __future__ import annotations
 from hetcompile.plan import human
 import re
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -41,6 +42,7 @@ from hetcompile.plan.doc import Binding, ChainSummary, ModelPlacement, PrimaryWo
 from hetcompile.passes.base import Pass, PassContext
 from hetcompile.passes import place_hetis
 from hetcompile.passes.place_problem import chain_estimate, placement_problem
+from hetcompile.passes.profile_pd import group_workload
 from hetcompile.passes.rates import max_scale
 from hetcompile.opt.solve import SolverOptions
 from hetcompile.placement.chain_model import full_tokens_per_s
@@ -124,10 +126,12 @@ def group_ids(ir: Problem, shapes: Sequence[str]) -> dict[str, str]:
     `<workload>-pd<k>`, k counting that workload's groups in the order of their keys (a group key is
     `<workload>@<decode shape>`, profile_pd.py)."""
     keys = sorted({g for sid in shapes if (g := ir.shape(sid).group) is not None and ir.shape(sid).role is not None})
+    seen: Counter[str] = Counter()
     out: dict[str, str] = {}
     for key in keys:
-        w = key.split("@")[0]
-        out[key] = f"{w}-pd{sum(1 for k in out if k.split('@')[0] == w)}"
+        w = group_workload(key)
+        out[key] = f"{w}-pd{seen[w]}"
+        seen[w] += 1
     return out
 
 

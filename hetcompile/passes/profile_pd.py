@@ -44,6 +44,11 @@ def _estimate(base: ShapeEstimate, w: str, rps: float, full: float, conc: float,
         "tpot_s": put(base.tpot_s, tpot) if tpot is not None else tuple(p for p in base.tpot_s if p[0] != w)})
 
 
+def group_workload(key: str) -> str:
+    """The workload of a phase shape's group key `<workload>@<decode shape>` (phase_shapes)."""
+    return key.split("@")[0]
+
+
 def attention_family(gpu: GpuType) -> str:
     """The attention backend vLLM picks by default on the GPU, by compute capability (vLLM 0.32's
     platform defaults: FlashInfer from 10.0, FlashAttention from 8.0, another kernel below). The
@@ -67,33 +72,31 @@ def phase_shapes(ir: Problem, table: tuple[PerfEntry, ...], shapes: tuple[Shape,
             base.setdefault(s.id.split("|slo:")[0], (s, s.estimate.step_model))
     out: list[Shape] = []
     for w in (w for w in ir.workloads if w.ttft_slo is not None or w.tpot_slo is not None):
-        mine = [sr for _, sr in sorted(base.items()) if sr[0].model == w.model]
+        mine = [(sid, s, rm) for sid, (s, rm) in sorted(base.items()) if s.model == w.model]
         decodes = []
-        for s, rm in mine:
+        for sid, s, rm in mine:
             d = decode_capacity(rm, w.input_tokens, w.output_tokens, w.tpot_slo, w.slo_quantile,
                                 ir.max_utilization)
             if d.requests_per_s <= 0:
                 continue
-            sid = s.id.split("|slo:")[0]
             est = _estimate(s.estimate, w.name, d.requests_per_s, d.full_rps, d.max_num_seqs, d.binding, None, d.tpot_s)
             # the decode replica runs with --max-num-seqs C*: its step model (the simulator's) says so too
             est = est.model_copy(update={"step_model": rm.model_copy(update={"max_num_seqs": d.max_num_seqs})})
-            decodes.append((s, rm, d, Shape(id=f"{sid}|decode:{w.name}", model=s.model, offer=s.offer, gpu=s.gpu,
+            decodes.append(((sid, s, rm), d, Shape(id=f"{sid}|decode:{w.name}", model=s.model, offer=s.offer, gpu=s.gpu,
                                         region=s.region, tp=s.tp, pp=1, partition=s.partition, price_per_s=s.price_per_s,
                                         estimate=est, role="decode", group=f"{w.name}@{sid}", max_num_seqs=d.max_num_seqs)))
-        for s_d, rm_d, d, shape_d in decodes:
+        for (sid_d, s_d, rm_d), d, shape_d in decodes:
             transfer = transfer_seconds(ir, table, w.name, s_d.region)
             after = transfer + decode_first_token(rm_d, d) + d.slot_wait_s
             budget = None if w.ttft_slo is None else w.ttft_slo - after
             pairs = []
-            for s, rm in (x for x in mine if x[0].region == s_d.region
-                          and attention_family(ir.gpu(x[0].gpu)) == attention_family(ir.gpu(s_d.gpu))):
+            for sid, s, rm in (x for x in mine if x[1].region == s_d.region
+                               and attention_family(ir.gpu(x[1].gpu)) == attention_family(ir.gpu(s_d.gpu))):
                 p = prefill_capacity(rm, w.input_tokens, budget, w.slo_quantile, ir.max_utilization)
                 if p.requests_per_s <= 0:
                     continue
-                sid = s.id.split("|slo:")[0]
                 est = _estimate(s.estimate, w.name, p.requests_per_s, p.full_rps, 1.0, p.binding, p.ttft_s + after, None)
-                pairs.append(Shape(id=f"{sid}|prefill:{w.name}|for:{shape_d.id.split('|decode:')[0]}", model=s.model,
+                pairs.append(Shape(id=f"{sid}|prefill:{w.name}|for:{sid_d}", model=s.model,
                                    offer=s.offer, gpu=s.gpu, region=s.region, tp=s.tp, pp=1, partition=s.partition,
                                    price_per_s=s.price_per_s, estimate=est, role="prefill", group=shape_d.group))
             if pairs:  # a decode shape no prefill shape can feed within the TTFT target is no candidate

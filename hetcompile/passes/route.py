@@ -176,14 +176,13 @@ def _groups(ir: Problem, per_replica: dict[tuple[str, str], float]) -> dict[str,
     """Every disaggregated group by id, its members' rates from compose; a group whose prefill or
     decode side gets no traffic is left out."""
     assert ir.replicas is not None
+    phase = {r.id: r for r in ir.replicas if r.role is not None and r.group is not None}
     out: dict[str, _Group] = {}
-    for r in ir.replicas:
-        if r.role is None or r.group is None:
-            continue
-        for (rid, w), v in sorted(per_replica.items()):
-            if rid == r.id and v > 0:
-                g = out.setdefault(r.group, _Group(r.group, w, r.model))
-                (g.decode if r.role == "decode" else g.prefill).append((r.id, v))
+    for (rid, w), v in sorted(per_replica.items()):
+        r = phase.get(rid)
+        if r is not None and r.group is not None and v > 0:
+            g = out.setdefault(r.group, _Group(r.group, w, r.model))
+            (g.decode if r.role == "decode" else g.prefill).append((r.id, v))
     return {k: g for k, g in out.items() if g.decode and g.prefill}
 
 
