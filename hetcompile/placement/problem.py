@@ -180,28 +180,57 @@ class PlacementProblem:
         """node id -> (group index, region)."""
         return self._index
 
-    def region_link(self, r: str, s: str) -> Link:
+    @cached_property
+    def _regions(self) -> dict[tuple[str, str], Link]:
+        """(r, s) and (s, r) -> the first region link between them, as region_links lists them."""
+        out: dict[tuple[str, str], Link] = {}
         for lk in self.region_links:
-            if {lk.a, lk.b} == {r, s}:
-                return lk
-        raise KeyError(f"no link between regions {r!r} and {s!r}")
+            out.setdefault((lk.a, lk.b), lk)
+            out.setdefault((lk.b, lk.a), lk)
+        return out
+
+    @cached_property
+    def _links(self) -> dict[tuple[str, str], Link]:
+        """link()'s answers so far: the chain search asks for the same pairs millions of times."""
+        return {}
+
+    def region_link(self, r: str, s: str) -> Link:
+        try:
+            return self._regions[(r, s)]
+        except KeyError:
+            raise KeyError(f"no link between regions {r!r} and {s!r}") from None
 
     def link(self, u: str, v: str) -> Link:
         """The link from u to v (node ids, or `source` / `sink`)."""
+        known = self._links.get((u, v))
+        if known is not None:
+            return known
         over = self._overrides
         key = (u, v) if (u, v) in over else (v, u)
         if key in over:
-            return over[key]
-        idx = self.node_index()
-        ru = self.coordinator_region if u in (SOURCE, SINK) else idx[u][1]
-        rv = self.coordinator_region if v in (SOURCE, SINK) else idx[v][1]
-        return self.region_link(ru, rv)
+            lk = over[key]
+        else:
+            idx = self.node_index()
+            ru = self.coordinator_region if u in (SOURCE, SINK) else idx[u][1]
+            rv = self.coordinator_region if v in (SOURCE, SINK) else idx[v][1]
+            lk = self.region_link(ru, rv)
+        self._links[(u, v)] = lk
+        return lk
+
+    @cached_property
+    def _capacities(self) -> dict[tuple[str, str], float]:
+        """edge_capacity()'s answers so far."""
+        return {}
 
     def edge_capacity(self, u: str, v: str) -> float:
         """Helix's edge capacity in tokens/s: bandwidth / bytes per token (coordinator) or activation."""
+        known = self._capacities.get((u, v))
+        if known is not None:
+            return known
         if u == v:
             return math.inf
         lk = self.link(u, v)
         size = self.model.token_bytes if SOURCE in (u, v) or SINK in (u, v) else self.model.activation_bytes
-        return lk.bandwidth / size
+        cap = self._capacities[(u, v)] = lk.bandwidth / size
+        return cap
 

@@ -37,8 +37,10 @@ def all_modes(p: PlacementProblem) -> dict[str, tuple[int, int, tuple[int, ...]]
     return {n: (gi, g.gpus_per_node, tuple(sorted(pr.tp for pr in g.profiles))) for gi, g in enumerate(p.groups) for n in g.ids}
 
 
-def slots_of(p: PlacementProblem, node: str, tp: int) -> list[Slot]:
-    gi, G, _ = all_modes(p)[node]
+def slots_of(p: PlacementProblem, node: str, tp: int,
+             modes: dict[str, tuple[int, int, tuple[int, ...]]] | None = None) -> list[Slot]:
+    """Node `node` cut into GPUs // tp slots of tp GPUs; `modes`: all_modes(p), when the caller kept it."""
+    gi, G, _ = (modes or all_modes(p))[node]
     return [Slot(node, gi, tp, i, tp == G) for i in range(G // tp)]
 
 
@@ -52,16 +54,25 @@ def order_slots(p: PlacementProblem, slots: list[Slot] | Chain) -> Chain:
     regions = sorted(by_region)
     if len(regions) == 1:
         return tuple(by_region[regions[0]])
+    # an order's crossings: node changes inside each region (the same in every order) and one link
+    # between consecutive regions; latencies are summed in chain order, as the chain has them
+    inside: dict[str, list[tuple[float, float]]] = {
+        r: [(p.edge_capacity(a.node, b.node), p.link(a.node, b.node).latency) for a, b in zip(ss, ss[1:]) if a.node != b.node]
+        for r, ss in by_region.items()}
     best, best_key = None, None
     for perm in itertools.permutations(regions):
-        seq = [s for r in perm for s in by_region[r]]
-        caps = [p.edge_capacity(a.node, b.node) for a, b in zip(seq, seq[1:]) if a.node != b.node]
-        lat = sum(p.link(a.node, b.node).latency for a, b in zip(seq, seq[1:]) if a.node != b.node)
-        key = (-min(caps, default=float("inf")), lat, perm)
+        hops: list[tuple[float, float]] = []
+        for k, r in enumerate(perm):
+            if k:
+                a, b = by_region[perm[k - 1]][-1], by_region[r][0]
+                if a.node != b.node:
+                    hops.append((p.edge_capacity(a.node, b.node), p.link(a.node, b.node).latency))
+            hops += inside[r]
+        key = (-min((c for c, _ in hops), default=float("inf")), sum([lat for _, lat in hops]), perm)
         if best_key is None or key < best_key:
-            best, best_key = seq, key
+            best, best_key = perm, key
     assert best is not None  # two regions or more: at least one order
-    return tuple(best)
+    return tuple(s for r in best for s in by_region[r])
 
 
 class ChainSearch:
@@ -102,7 +113,7 @@ class ChainSearch:
         for node, (_gi, _G, tps) in sorted(self.modes.items()):
             if tp not in tps or mode.get(node, tp) != tp:
                 continue
-            out += [s for s in slots_of(self.p, node, tp) if s.unit not in used]
+            out += [s for s in slots_of(self.p, node, tp, self.modes) if s.unit not in used]
         return out
 
     def open_chain(self, chains: list[Chain], tp: int) -> Chain | None:
@@ -223,7 +234,7 @@ class ChainSearch:
             for t in tps:
                 if t == c[0].tp or any(t not in self.modes[nd][2] for nd in nodes):
                     continue
-                yield rest + [order_slots(p, [s for nd in nodes for s in slots_of(p, nd, t)])]
+                yield rest + [order_slots(p, [s for nd in nodes for s in slots_of(p, nd, t, self.modes)])]
 
     def iterate(self, chains: list[Chain], budget: Budget, *, seed: int = 0, patience: int = 60) -> list[Chain]:
         """Iterated local search from a local optimum (deterministic: seeded kicks, work budget)."""
