@@ -4,6 +4,7 @@ has them, a physically bounded roofline elsewhere, and no GPU predicted slower t
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 import yaml
@@ -40,7 +41,7 @@ def test_kernel_gpus_use_the_tables_and_others_the_roofline() -> None:
 def test_kernel_fits_stay_close_to_their_tables() -> None:
     """scripts/kernel_tables.py's fit of the step form to each (model, GPU, TP) grid is recorded; the
     form must follow the tables (median within 10%, every entry's p90 within 20%)."""
-    doc = yaml.safe_load((ROOT / "hetcompile/perf/data/kernels.yaml").read_text())
+    doc = json.loads((ROOT / "hetcompile/perf/data/kernels.json").read_text())
     assert len(doc["entries"]) >= 200
     for e in doc["entries"]:
         assert e["fit"]["median"] <= 0.10 and e["fit"]["p90"] <= 0.20, (e["model"], e["gpu"], e["tp"], e["fit"])
@@ -101,7 +102,7 @@ print(json.dumps(out))
 
 
 def test_shipped_fit_reproduces_the_pinned_kernel_tables(tmp_path) -> None:
-    """The coefficients in kernels.yaml predict what aiconfigurator-core 0.12.0 (scripts/test.sh installs
+    """The coefficients in kernels.json predict what aiconfigurator-core 0.12.0 (scripts/test.sh installs
     it) estimates from its tables, within each entry's recorded worst-case fit error, on steps of the
     fit's own grid: the data file is what the script writes from the pinned tables, not a hand edit."""
     import importlib.util
@@ -114,7 +115,7 @@ def test_shipped_fit_reproduces_the_pinned_kernel_tables(tmp_path) -> None:
     spec.loader.exec_module(kt)
     if importlib.util.find_spec("aiconfigurator_core") is None:
         pytest.fail("aiconfigurator-core is not installed: pip install --no-deps aiconfigurator-core==0.12.0 (scripts/test.sh does)")
-    doc = yaml.safe_load((ROOT / "hetcompile/perf/data/kernels.yaml").read_text())
+    doc = json.loads((ROOT / "hetcompile/perf/data/kernels.json").read_text())
     assert doc["aiconfigurator_core"] == kt.AICONFIGURATOR_VERSION
     models = {m["name"]: m for m in yaml.safe_load((ROOT / "hetcompile/perf/data/models.yaml").read_text())}
     picks = [("llama-3.1-8b", "H100", 1), ("llama-3.1-70b", "H200", 4), ("qwen2.5-7b", "L40S", 1), ("llama-3.1-8b", "A100-80GB", 2)]

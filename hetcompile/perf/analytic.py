@@ -35,13 +35,13 @@ from importlib import resources
 import yaml
 
 from hetcompile.perf import kernels
-from hetcompile.perf.types import GpuType, ModelArch, PerfEntry
+from hetcompile.perf.types import SAFE_LOADER, GpuType, ModelArch, PerfEntry
 from hetcompile.perf.stepmodel import Hop, LayerCost, ReplicaModel, StageModel
 
 # The calibration (perf/data/calibration.yaml, written by `python bench/fidelity.py --fit`: least squares
 # on the training split of bench/data/fidelity.yaml, validated on the held-out split): host overheads
 # and the default efficiencies of a GPU without its own fitted values (the medians of the fitted GPUs').
-_CALIBRATION = yaml.safe_load(resources.files("hetcompile.perf").joinpath("data/calibration.yaml").read_text())
+_CALIBRATION = yaml.load(resources.files("hetcompile.perf").joinpath("data/calibration.yaml").read_text(), Loader=SAFE_LOADER)
 # The roofline's efficiencies for a GPU with neither kernel tables nor fitted values of its own: the
 # medians of the roofline GPUs that were fitted on published measurements (calibration.yaml, written by
 # bench/fidelity.py --fit: the GPUs a kernel-less GPU resembles), else of what the measured kernel

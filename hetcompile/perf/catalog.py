@@ -12,14 +12,14 @@ from importlib import resources
 
 import yaml
 
-from hetcompile.perf.types import GpuType, ModelArch
+from hetcompile.perf.types import SAFE_LOADER, GpuType, ModelArch
 
 PCIE4_BYTES_PER_S = 32e9
 
 
 def _load(name: str) -> list[dict]:
     text = resources.files("hetcompile.perf").joinpath("data").joinpath(name).read_text()
-    return yaml.safe_load(text) or []
+    return yaml.load(text, Loader=SAFE_LOADER) or []
 
 
 @lru_cache(maxsize=1)

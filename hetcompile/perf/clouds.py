@@ -15,6 +15,7 @@ from importlib import resources
 import yaml
 
 from hetcompile.errors import did_you_mean
+from hetcompile.perf.types import SAFE_LOADER
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Refusal:
 @lru_cache(maxsize=1)
 def table() -> dict:
     text = resources.files("hetcompile.perf").joinpath("data").joinpath("clouds.yaml").read_text()
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=SAFE_LOADER)
 
 
 def _cloud(cloud: str) -> dict | None:

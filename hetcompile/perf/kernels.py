@@ -1,4 +1,4 @@
-"""Step times from measured kernels: perf/data/kernels.yaml, the step model's `kernels` source.
+"""Step times from measured kernels: perf/data/kernels.json, the step model's `kernels` source.
 
 NVIDIA's aiconfigurator-core measures vLLM's kernels (GEMMs, context and generation attention,
 all-reduce) per GPU and estimates one forward pass from them. scripts/kernel_tables.py evaluates
@@ -22,9 +22,8 @@ roofline (perf/analytic.py).
 from __future__ import annotations
 
 import functools
+import json
 from importlib import resources
-
-import yaml
 
 from hetcompile.perf.stepmodel import LayerCost
 from hetcompile.perf.types import ModelArch
@@ -40,8 +39,7 @@ def arch_key(arch: ModelArch) -> tuple[int, ...]:
 @functools.cache
 def table() -> dict:
     """The data file as loaded: {'systems': ..., 'entries': {(gpu, tp, arch_key): (LayerCost, head_s, fit)}}."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    doc = yaml.load(resources.files("hetcompile.perf").joinpath("data/kernels.yaml").read_text(), Loader=loader)
+    doc = json.loads(resources.files("hetcompile.perf").joinpath("data/kernels.json").read_text())
     entries = {}
     for e in doc["entries"]:
         key = (e["gpu"], int(e["tp"]), tuple(int(e["arch"][k]) for k in ARCH_KEYS))
@@ -87,12 +85,15 @@ def _implied_tp1(gpu: str | None) -> dict[str, float]:
 
     from hetcompile.perf import catalog
 
+    archs: dict[tuple[int, ...], ModelArch] = {}
+    for name in catalog.model_names():  # the first catalog model of each architecture, as the table keys them
+        if (found := catalog.lookup_model(name)) is not None:
+            archs.setdefault(arch_key(found[2]), found[2])
     vals: dict[str, list[float]] = {"eta_memory": [], "eta_compute": [], "serial_fraction": []}
     for g, tp, key in table()["entries"]:
         if tp != 1 or (gpu is not None and g != gpu):
             continue
-        arch = next((found[2] for name in catalog.model_names()
-                     if (found := catalog.lookup_model(name)) is not None and arch_key(found[2]) == key), None)
+        arch = archs.get(key)
         imp = implied_efficiencies(g, tp, arch) if arch is not None else None
         for k, v in (imp or {}).items():
             vals[k].append(v)

@@ -15,7 +15,23 @@ Entry points: `serve(table, host, port, policy, auth_token, options=...)` blocks
 `python -m hetcompile.router --table PATH`.
 """
 
-from hetcompile.router.app import Router, RouterOptions, build_app, serve
-from hetcompile.router.table import RouterError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hetcompile.router.app import Router, RouterOptions, build_app, serve
+    from hetcompile.router.table import RouterError
 
 __all__ = ["Router", "RouterError", "RouterOptions", "build_app", "serve"]
+
+# Loaded on first use (PEP 562): the simulator imports router.policies (one routing math for both),
+# and a build should not pay for aiohttp (0.3 s) to do that.
+_HOME = {"Router": "app", "RouterOptions": "app", "build_app": "app", "serve": "app", "RouterError": "table"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
