@@ -48,6 +48,23 @@ def main_options(
     _state["debug"] = debug
 
 
+SUMMARY_WORKLOADS = 5  # workloads the build's `simulated:` line names; plan.md lists every one
+
+
+def _summary_workloads(ws):
+    """The verified workloads the one-line summary names, in name order: all of them up to
+    SUMMARY_WORKLOADS; beyond, the missed ones first, then those closest to their TTFT target (a
+    spec of thousands of workloads keeps a one-line summary)."""
+    if len(ws) <= SUMMARY_WORKLOADS:
+        return list(ws)
+
+    def closeness(w) -> float:
+        return (w.ttft_s or 0.0) / w.ttft_target_s if w.ttft_target_s else 0.0
+
+    chosen = sorted(ws, key=lambda w: (w.met, -closeness(w), w.name))[:SUMMARY_WORKLOADS]
+    return sorted(chosen, key=lambda w: w.name)
+
+
 @app.command()
 def build(
     spec: Path = typer.Argument(..., help="spec.yaml"),
@@ -138,6 +155,7 @@ def build(
                       "build without --previous to see what serving all demand takes", markup=False)
         v = res.ir.verification
         if v is not None:  # what the build's simulation measured (simulate/verify.py), one line
+            shown = _summary_workloads(v.workloads)
             held = "; ".join(
                 f"{w.name} {w.percentile} TTFT {human.number(w.ttft_s)} s"
                 + (f" ({'bound' if w.target == 'queueing' else 'target'} {human.number(w.ttft_target_s)} s)"
@@ -145,7 +163,12 @@ def build(
                 + (f", TPOT {human.number(w.tpot_s)} s" if w.tpot_s is not None else "")
                 + (f" (target {human.number(w.tpot_target_s)} s)" if w.tpot_target_s is not None else "")
                 + ("" if w.met else " MISSED")
-                for w in v.workloads)
+                for w in shown)
+            rest = [w for w in v.workloads if w not in shown]
+            if rest:
+                missed = sum(not w.met for w in rest)
+                held += (f"; and {len(rest)} more workloads, {f'{missed} missed' if missed else 'all met'} "
+                         "(plan.md lists each)")
             out.print(f"  simulated: {v.replications} x {human.number(v.duration_s)} s at the planned load "
                       f"({v.requests} requests, {human.plural(v.rounds, 'plan')} tried): {held}", markup=False)
         elif no_verify:

@@ -60,3 +60,20 @@ def test_the_tpot_chart_draws_one_bar_per_distinct_latency_beyond_max_bars() -> 
     many = _tpot_rows("r0", [(f"c{i}", 0.03) for i in range(3000)] + [("rag", 0.04)], slo)
     assert len(many) == 2 < MAX_BARS
     assert many == [("r0", "3000 workloads (c0, ...)", 0.03, 0.05), ("r0", "rag", 0.04, None)]
+
+
+def test_the_build_summary_names_a_few_workloads_missed_and_nearest_first() -> None:
+    from hetcompile.cli import SUMMARY_WORKLOADS, _summary_workloads
+    from hetcompile.plan.doc import VerifiedWorkload
+
+    def vw(i: int, ttft: float, met: bool = True) -> VerifiedWorkload:
+        return VerifiedWorkload(name=f"chat{i:04d}", target="queueing", percentile="p99", ttft_target_s=1.0, tpot_target_s=None,
+                                ttft_s=ttft, tpot_s=None, p99_ttft_s=ttft, p99_tpot_s=None, attainment=1.0, met=met, factor=1.0)
+
+    ws = [vw(i, 0.1 + (i % 7) / 100) for i in range(3000)]
+    ws[1234] = vw(1234, 2.0, met=False)
+    ws[42] = vw(42, 0.9)
+    shown = _summary_workloads(ws)
+    assert len(shown) == SUMMARY_WORKLOADS and [w.name for w in shown] == sorted(w.name for w in shown)
+    assert {"chat1234", "chat0042"} <= {w.name for w in shown}  # the miss, then the nearest its bound
+    assert _summary_workloads(ws[:3]) == ws[:3]
