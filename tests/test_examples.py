@@ -137,6 +137,8 @@ def test_pictures_are_linked_valid_svg_without_dates(name: str, built) -> None:
         assert f"]({rel})" in md, rel  # plan.md links every chart it ships
         root = ET.fromstring(files[rel])
         assert root.tag.endswith("svg")
-        assert "<dc:date>" not in files[rel] and "Matplotlib v" not in files[rel]
+        assert "<dc:date>" not in files[rel]
     plan = json.loads(files["plan.json"])
+    texts = {t.text for t in ET.fromstring(files["charts/utilization.svg"]).iter() if t.tag.endswith("text")}
+    assert {r["id"] for r in plan["replicas"]} <= texts  # a bar per replica, labelled
     assert ("charts/frontier.svg" in charts) == bool(plan.get("alternatives"))
