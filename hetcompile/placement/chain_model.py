@@ -50,10 +50,19 @@ def stage_model(p: PlacementProblem, u: StageUnit, last: bool) -> StageModel:
 
 
 def hop(p: PlacementProblem, a: str, b: str) -> Hop:
-    if host(a) == host(b):
-        return SAME_HOST
-    lk = p.link(host(a), host(b))
-    return Hop.model_construct(latency_s=lk.latency, bandwidth=lk.bandwidth)
+    """The link between stage units a and b (none on one host), remembered per pair: depth_split
+    asks for the hops of every chain it values."""
+    key = ("hop", a, b)
+    found = p.memo.get(key)
+    if found is None:
+        ha, hb = host(a), host(b)
+        if ha == hb:
+            found = SAME_HOST
+        else:
+            lk = p.link(ha, hb)
+            found = Hop.model_construct(latency_s=lk.latency, bandwidth=lk.bandwidth)
+        p.memo[key] = found
+    return found
 
 
 def chain_model(p: PlacementProblem, stages: Sequence[StageUnit]) -> ReplicaModel:

@@ -218,6 +218,12 @@ class PlacementProblem:
         return lk
 
     @cached_property
+    def memo(self) -> dict:
+        """Answers of pure functions of this problem that the chain search asks for again and again
+        (chain_model.hop), keyed by the function's name and arguments."""
+        return {}
+
+    @cached_property
     def _capacities(self) -> dict[tuple[str, str], float]:
         """edge_capacity()'s answers so far."""
         return {}

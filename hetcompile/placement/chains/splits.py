@@ -102,6 +102,22 @@ def _hops(p: PlacementProblem, slots: list[Slot]) -> list[Hop]:
     return [hop(p, a.unit, b.unit) for a, b in zip(slots, slots[1:])]
 
 
+def _concurrency(p: PlacementProblem, s: Slot) -> np.ndarray:
+    """Sequences a stage of 1..K layers on slot s can hold: min(max_concurrency, KV token-layers of k
+    layers / (k x context)); per (group, TP), remembered on the problem."""
+    key = ("concurrency", s.gi, s.tp)
+    found = p.memo.get(key)
+    if found is None:
+        pr, m = profile(p, s), p.model
+        mc = float(m.max_concurrency) if m.max_concurrency is not None else math.inf
+        found = p.memo[key] = np.minimum(mc, np.array(pr.kv_token_layers) / (np.arange(1, pr.max_layers + 1) * m.context_tokens))
+    return found
+
+
+def _decreasing(cc: np.ndarray) -> bool:
+    return bool(np.all(cc[1:] <= cc[:-1]))
+
+
 def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int]]:
     """(depth-aware tokens/s, layer counts) of the best split; (0, []) if L does not fit."""
     L = p.num_layers
@@ -112,9 +128,15 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
         return 0.0, []
     m = p.model
     ctx = m.context_tokens
-    mc = float(m.max_concurrency) if m.max_concurrency is not None else math.inf
-    conc = [np.minimum(mc, np.array(pr.kv_token_layers) / (np.arange(1, pr.max_layers + 1) * ctx)) for pr in profs]
-    cands = sorted({float(x) for c in conc for x in c if x > 0}, reverse=True)
+    conc = [_concurrency(p, s) for s in slots]
+    every = np.unique(np.concatenate(conc))  # ascending, each value once
+    cands = every[every > 0][::-1]
+    # kcap per candidate c and stage: how many layer counts keep that stage's concurrency at c or more
+    # (conc is decreasing in k: a binary search of -conc; a count where a table is not monotone)
+    thresholds = cands * (1 - 1e-12)
+    kcaps = np.stack([np.searchsorted(-cc, -thresholds, side="right") if _decreasing(cc)
+                      else (cc[None, :] >= thresholds[:, None]).sum(axis=1) for cc in conc], axis=1)
+    usable = (kcaps.min(axis=1) >= 1) & (kcaps.sum(axis=1) >= L)
     ratio = m.input_tokens / m.output_tokens
     costs = [layer_cost(pr, ctx) for pr in profs]
     links = _hops(p, slots)
@@ -123,14 +145,13 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
     head = np.zeros(d)
     head[-1] = profs[-1].head_s + m.step_gpu_s
     best, best_ks = 0.0, []
-    for c in cands:
-        kcap = np.array([int(np.sum(cc >= c * (1 - 1e-12))) for cc in conc])  # conc is decreasing in k
-        if kcap.min() < 1 or kcap.sum() < L:
-            continue
+    for j in np.nonzero(usable)[0]:
+        c, kcap = float(cands[j]), kcaps[j]
         b = c / d
         n, S, A, seqs = fluid_batch(b, m.input_tokens, m.output_tokens)
         tau = np.array([cost.time(n, S, A) for cost in costs])  # per layer: the step model's fluid step
-        grid = np.unique(np.concatenate([np.arange(1, kc + 1) * tk + h for kc, tk, h in zip(kcap, tau, head)]))
+        steps = np.arange(1, int(kcap.max()) + 1)  # k x tau_i + head_i for k = 1..kcap_i, every stage at once
+        grid = np.unique((steps[None, :] * tau[:, None] + head[:, None])[steps[None, :] <= kcap[:, None]])
         fits = np.maximum(0.0, np.floor((grid[:, None] - head[None, :]) / tau[None, :] + 1e-9))
         cover = np.minimum(kcap[None, :], fits).sum(axis=1)
         ok = np.nonzero(cover >= L)[0]
