@@ -157,6 +157,11 @@ class PlannedTails:
             self.rho[r.id], self.prompts[r.id] = rho, flows
         self._models: dict[tuple[str, float, float], list] = {}
         self._tpots: dict[str, np.ndarray] = {}
+        # replicas of one kind (the same step model) share their tail model, and their points when
+        # they also share the load and the prompts around them: bench/data/scale1072.yaml's 810
+        # replicas have 21 step models
+        self._tails: dict[tuple, TailModel] = {}
+        self._points: dict[tuple, list] = {}
 
     def _curve(self, r, w: str) -> list:
         """The tail model's points of workload w on replica r at every quantile of P_GRID (the
@@ -164,10 +169,16 @@ class PlannedTails:
         wl = self.ws[w]
         key = (r.id, wl.input_tokens, wl.output_tokens)
         if key not in self._models:
-            tm = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
+            kind = (r.estimate.step_model, wl.input_tokens, wl.output_tokens)
+            tm = self._tails.get(kind)
+            if tm is None:
+                tm = self._tails[kind] = TailModel(r.estimate.step_model, wl.input_tokens, wl.output_tokens)
             # at full load (max_utilization 100%) no queue settles: no percentile to state (null)
             rho = self.rho[r.id] if self.rho[r.id] < SATURATED else 1.0
-            self._models[key] = tm.points(rho * tm.h_full, [float(p) for p in P_GRID], self.prompts[r.id])
+            at = (*kind, rho, tuple(self.prompts[r.id]))
+            if at not in self._points:
+                self._points[at] = tm.points(rho * tm.h_full, [float(p) for p in P_GRID], self.prompts[r.id])
+            self._models[key] = self._points[at]
         return self._models[key]
 
     def _tpot(self, r) -> np.ndarray:
