@@ -79,6 +79,15 @@ def estimate_shape(ir: Problem, model: str, offer: Offer, entry: PerfEntry, part
     return ShapeEstimate(kv_capacity_tokens=int(min(kv)), source="analytic", **workload_estimates(ir, model, rm))
 
 
+# Workloads with the same lengths and targets get the same numbers, and so do shapes with the same
+# step model (one GPU type, TP and partition in regions with the same link): each computed once per
+# process (a spec with thousands of workloads of a few kinds profiles like one with a few; 1,072
+# nodes in 10 regions repeat a few dozen replica models). Pure functions of hashable inputs, bounded.
+_chain = functools.lru_cache(maxsize=4096)(chain_capacity)
+_tail = functools.lru_cache(maxsize=4096)(tail_capacity)
+_bound = functools.lru_cache(maxsize=4096)(default_ttft_bound)
+
+
 def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
     """Per-workload capacity of one replica model: h_{c,w} at full load (chain_capacity), and the
     load the plan may put on it (perf/tail.py's tail_capacity): the headroom `max_utilization` x h,
@@ -91,9 +100,7 @@ def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
     rps, full, conc, bind, ttft, tpot = [], [], [], [], [], []
     factors = dict(ir.tail_factors)
     pre = dec = 0.0
-    # workloads with the same lengths and targets get the same numbers: each computed once (a spec
-    # with thousands of workloads of a few kinds profiles like one with a few)
-    chain, tail, bounds = functools.cache(chain_capacity), functools.cache(tail_capacity), functools.cache(default_ttft_bound)
+    chain, tail, bounds = _chain, _tail, _bound
     for w in (w for w in ir.workloads if w.model == model):
         e = chain(rm, w.input_tokens, w.output_tokens)
         pre, dec = max(pre, e.prefill_tokens_per_s), max(dec, e.decode_tokens_per_s)
