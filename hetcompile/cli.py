@@ -164,7 +164,8 @@ def build(
                 + (f" (target {human.number(w.tpot_target_s)} s)" if w.tpot_target_s is not None else "")
                 + ("" if w.met else " MISSED")
                 for w in shown)
-            rest = [w for w in v.workloads if w not in shown]
+            named = {w.name for w in shown}
+            rest = [w for w in v.workloads if w.name not in named]
             if rest:
                 missed = sum(not w.met for w in rest)
                 held += (f"; and {len(rest)} more workloads, {f'{missed} missed' if missed else 'all met'} "

@@ -100,14 +100,13 @@ def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
     rps, full, conc, bind, ttft, tpot = [], [], [], [], [], []
     factors = dict(ir.tail_factors)
     pre = dec = 0.0
-    chain, tail, bounds = _chain, _tail, _bound
     for w in (w for w in ir.workloads if w.model == model):
-        e = chain(rm, w.input_tokens, w.output_tokens)
+        e = _chain(rm, w.input_tokens, w.output_tokens)
         pre, dec = max(pre, e.prefill_tokens_per_s), max(dec, e.decode_tokens_per_s)
         full.append((w.name, e.requests_per_s))
         factor = factors.get(w.name, 1.0)
         if w.ttft_slo is not None or w.tpot_slo is not None:
-            t = tail(rm, w.input_tokens, w.output_tokens, w.slo_quantile, w.ttft_slo, w.tpot_slo, ir.max_utilization)
+            t = _tail(rm, w.input_tokens, w.output_tokens, w.slo_quantile, w.ttft_slo, w.tpot_slo, ir.max_utilization)
             rps.append((w.name, t.requests_per_s * factor))
             conc.append((w.name, t.concurrency))
             b = "slo-" + t.binding.removeprefix("slo-") if t.binding != "headroom" else "slo-headroom"
@@ -119,8 +118,8 @@ def workload_estimates(ir: Problem, model: str, rm: ReplicaModel) -> dict:
             rps.append((w.name, ir.max_utilization * e.requests_per_s * factor))
             bind.append((w.name, e.binding))
         else:
-            bound = bounds(rm, w.input_tokens, w.output_tokens, ir.max_ttft_slowdown)
-            t = tail(rm, w.input_tokens, w.output_tokens, PERCENTILES["p99"], bound, None, ir.max_utilization)
+            bound = _bound(rm, w.input_tokens, w.output_tokens, ir.max_ttft_slowdown)
+            t = _tail(rm, w.input_tokens, w.output_tokens, PERCENTILES["p99"], bound, None, ir.max_utilization)
             rps.append((w.name, t.requests_per_s * factor))
             bind.append((w.name, e.binding if t.binding == "headroom" else
                          f"queueing: p99 TTFT held within {ir.max_ttft_slowdown:g}x the idle replica's "

@@ -189,11 +189,6 @@ class PlacementProblem:
             out.setdefault((lk.b, lk.a), lk)
         return out
 
-    @cached_property
-    def _links(self) -> dict[tuple[str, str], Link]:
-        """link()'s answers so far: the chain search asks for the same pairs millions of times."""
-        return {}
-
     def region_link(self, r: str, s: str) -> Link:
         try:
             return self._regions[(r, s)]
@@ -202,7 +197,7 @@ class PlacementProblem:
 
     def link(self, u: str, v: str) -> Link:
         """The link from u to v (node ids, or `source` / `sink`)."""
-        known = self._links.get((u, v))
+        known = self.memo.get(("link", u, v))
         if known is not None:
             return known
         over = self._overrides
@@ -214,29 +209,25 @@ class PlacementProblem:
             ru = self.coordinator_region if u in (SOURCE, SINK) else idx[u][1]
             rv = self.coordinator_region if v in (SOURCE, SINK) else idx[v][1]
             lk = self.region_link(ru, rv)
-        self._links[(u, v)] = lk
+        self.memo[("link", u, v)] = lk
         return lk
 
     @cached_property
     def memo(self) -> dict:
         """Answers of pure functions of this problem that the chain search asks for again and again
-        (chain_model.hop), keyed by the function's name and arguments."""
-        return {}
-
-    @cached_property
-    def _capacities(self) -> dict[tuple[str, str], float]:
-        """edge_capacity()'s answers so far."""
+        (link, edge_capacity, chain_model.hop, splits' concurrency tables: millions of calls on the
+        Helix clusters), keyed by the function's name and arguments."""
         return {}
 
     def edge_capacity(self, u: str, v: str) -> float:
         """Helix's edge capacity in tokens/s: bandwidth / bytes per token (coordinator) or activation."""
-        known = self._capacities.get((u, v))
+        known = self.memo.get(("capacity", u, v))
         if known is not None:
             return known
         if u == v:
             return math.inf
         lk = self.link(u, v)
         size = self.model.token_bytes if SOURCE in (u, v) or SINK in (u, v) else self.model.activation_bytes
-        cap = self._capacities[(u, v)] = lk.bandwidth / size
+        cap = self.memo[("capacity", u, v)] = lk.bandwidth / size
         return cap
 

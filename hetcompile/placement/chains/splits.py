@@ -102,20 +102,18 @@ def _hops(p: PlacementProblem, slots: list[Slot]) -> list[Hop]:
     return [hop(p, a.unit, b.unit) for a, b in zip(slots, slots[1:])]
 
 
-def _concurrency(p: PlacementProblem, s: Slot) -> np.ndarray:
-    """Sequences a stage of 1..K layers on slot s can hold: min(max_concurrency, KV token-layers of k
-    layers / (k x context)); per (group, TP), remembered on the problem."""
+def _concurrency(p: PlacementProblem, s: Slot) -> tuple[np.ndarray, bool]:
+    """(sequences a stage of 1..K layers on slot s can hold: min(max_concurrency, KV token-layers of
+    k layers / (k x context)), whether that table is decreasing in k); per (group, TP), remembered
+    on the problem."""
     key = ("concurrency", s.gi, s.tp)
     found = p.memo.get(key)
     if found is None:
         pr, m = profile(p, s), p.model
         mc = float(m.max_concurrency) if m.max_concurrency is not None else math.inf
-        found = p.memo[key] = np.minimum(mc, np.array(pr.kv_token_layers) / (np.arange(1, pr.max_layers + 1) * m.context_tokens))
+        cc = np.minimum(mc, np.array(pr.kv_token_layers) / (np.arange(1, pr.max_layers + 1) * m.context_tokens))
+        found = p.memo[key] = (cc, bool(np.all(cc[1:] <= cc[:-1])))
     return found
-
-
-def _decreasing(cc: np.ndarray) -> bool:
-    return bool(np.all(cc[1:] <= cc[:-1]))
 
 
 def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int]]:
@@ -128,14 +126,15 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
         return 0.0, []
     m = p.model
     ctx = m.context_tokens
-    conc = [_concurrency(p, s) for s in slots]
+    tables = [_concurrency(p, s) for s in slots]
+    conc = [cc for cc, _ in tables]
     every = np.unique(np.concatenate(conc))  # ascending, each value once
     cands = every[every > 0][::-1]
     # kcap per candidate c and stage: how many layer counts keep that stage's concurrency at c or more
     # (conc is decreasing in k: a binary search of -conc; a count where a table is not monotone)
     thresholds = cands * (1 - 1e-12)
-    kcaps = np.stack([np.searchsorted(-cc, -thresholds, side="right") if _decreasing(cc)
-                      else (cc[None, :] >= thresholds[:, None]).sum(axis=1) for cc in conc], axis=1)
+    kcaps = np.stack([np.searchsorted(-cc, -thresholds, side="right") if decreasing
+                      else (cc[None, :] >= thresholds[:, None]).sum(axis=1) for cc, decreasing in tables], axis=1)
     usable = (kcaps.min(axis=1) >= 1) & (kcaps.sum(axis=1) >= L)
     ratio = m.input_tokens / m.output_tokens
     costs = [layer_cost(pr, ctx) for pr in profs]
