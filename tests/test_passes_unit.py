@@ -197,10 +197,11 @@ def test_what_if_skips_a_min_cost_plan_and_says_why() -> None:
 
 # -- verify ----------------------------------------------------------------------------------------
 
-def _stand_in_simulation(monkeypatch, long_misses: bool = False):
+def _stand_in_simulation(monkeypatch, long_misses: bool = False, ratios: bool = False):
     """The verify pass with its simulation replaced: chat's SLO (p99 TPOT 0.1 s) holds at shares
     <= 0.8 of the tail model's load and misses above; with `long_misses`, long's queueing bound
-    misses at every share. Returns the pass module."""
+    misses at every share; with `ratios`, the records carry chat's TPOT bound ratio (f / 0.8).
+    Returns the pass module."""
     from hetcompile.passes import verify as vp
     from hetcompile.plan.doc import VerifiedWorkload
     from hetcompile.simulate.doc import SimulationDoc
@@ -210,7 +211,8 @@ def _stand_in_simulation(monkeypatch, long_misses: bool = False):
         f = dict(factors).get("chat", 1.0)
         ws = [VerifiedWorkload(name="chat", target="slo", percentile="p99", ttft_target_s=2.0, tpot_target_s=0.1,
                                ttft_s=1.0, tpot_s=0.1 * f / 0.8, p99_ttft_s=1.0, p99_tpot_s=0.1 * f / 0.8,
-                               attainment=0.995 if f <= 0.8 else 0.9, met=f <= 0.8, factor=1.0)]
+                               attainment=0.995 if f <= 0.8 else 0.9, met=f <= 0.8, factor=1.0,
+                               tpot_ratio=f / 0.8 if ratios else None)]
         misses = [] if f <= 0.8 else [Miss("chat", "TPOT", "p99", 0.1 * f / 0.8, 0.1)]
         if long_misses:
             ws.append(VerifiedWorkload(name="long", target="queueing", percentile="p99", ttft_target_s=5.0,
@@ -245,6 +247,23 @@ def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_pla
     assert out.tail_factors == (("chat", 0.8),) and out.verification.rounds == 2
     assert out.reports[-1].name == "verify" and out.reports[-1].status == "met"
     assert "chat planned at 80% of the tail model's load" in out.reports[-1].notes
+
+
+def test_verify_steps_along_the_measured_ratio_and_stops_where_it_promises_no_more(monkeypatch) -> None:
+    """The same stand-in, with chat's TPOT bound ratio in its records: 1.0 missed (x 0.8), 0.8 held
+    with the ratio at 1, so the line through both rounds promises nothing above 0.8: two plans, not
+    five."""
+    vp = _stand_in_simulation(monkeypatch, ratios=True)
+    asked: list[tuple] = []
+    base = _ir()
+
+    def replan(update: dict) -> Problem:
+        asked.append(update["tail_factors"])
+        return base.model_copy(update=update)
+
+    out = vp.Verify().run(base, PassContext(solver=SolverOptions(), replan=replan))
+    assert [dict(t)["chat"] for t in asked] == pytest.approx([0.8])
+    assert out.tail_factors == (("chat", 0.8),) and out.verification.rounds == 2
 
 
 def test_verify_keeps_the_last_plan_whose_slos_held_when_a_queueing_bound_never_does(monkeypatch) -> None:

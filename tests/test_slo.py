@@ -6,6 +6,8 @@ import dataclasses
 import json
 import math
 
+import numpy as np
+
 import pytest
 
 from conftest import build
@@ -250,6 +252,71 @@ def test_tail_factors_bisect_between_held_and_missed() -> None:
     assert _next_factors({"a": 0.75}, {"a": 0.5}, {"a": 0.75}, {"a": 0.9}) == {"a": 0.625}
     assert _next_factors({"a": 0.74}, {"a": 0.74}, {"a": 0.75}, {}) == {"a": 0.74}
     assert _next_factors({"b": 0.9}, {"a": 1.0, "b": 0.9}, {}, {}) == {"b": 0.9}
+
+
+def test_tail_factors_follow_each_targets_line_and_stop_when_it_promises_little() -> None:
+    """With the rounds' bound ratios (rho: the judged percentile over its target), the search steps
+    along a line per target: TTFT in 1 / rho (queueing delay ~ 1 / (1 - load)), TPOT in rho. It
+    stops at the held share once the line promises less than the tolerance, and bisects where no
+    target's rho grows with the share (noise)."""
+    from hetcompile.passes.verify import AIM, BISECT_TOLERANCE, _share_at, next_factors as _next_factors
+
+    # TPOT linear in f: rho = f / 0.8 reaches 1 at 0.8 and AIM at 0.76
+    assert _share_at((1.0, (None, 1.25)), (0.9, (None, 1.125)), rho=1.0) == pytest.approx(0.8)
+    assert _share_at((1.0, (None, 1.25)), (0.9, (None, 1.125)), rho=AIM) == pytest.approx(0.76)
+    # TTFT linear in 1/rho: 1/rho = 2 (1 - f) reaches rho = 1 at f = 0.5; an unbounded rho is 1/rho = 0
+    assert _share_at((0.25, (2 / 3, None)), (0.75, (2.0, None)), rho=1.0) == pytest.approx(0.5)
+    assert _share_at((0.25, (2 / 3, None)), (1.0, (math.inf, None)), rho=1.0) == pytest.approx(0.5)
+    # the smaller share of two targets binds; a rho that does not grow says nothing
+    assert _share_at((0.25, (2 / 3, 0.5)), (0.75, (2.0, 0.6)), rho=1.0) == pytest.approx(0.5)
+    assert _share_at((0.5, (1.2, None)), (0.6, (1.1, None)), rho=1.0) is None
+    # never held: two misses extrapolate (within [0.5, 0.9] of the current share) ...
+    ratios = {"a": {1.0: (None, 1.25), 0.9: (None, 1.125)}}
+    assert _next_factors({"a": 0.9}, {}, {"a": 0.9}, {"a": 0.9}, ratios) == {"a": 0.76}
+    # ... bracketed: the line's step, at most 3/4 of the way up the bracket
+    ratios = {"a": {0.5: (0.5, None), 1.0: (math.inf, None)}}  # the line reaches 1 at 0.75 and AIM at ~0.74
+    step = _next_factors({"a": 0.5}, {"a": 0.5}, {"a": 1.0}, {}, ratios)["a"]
+    assert 0.5 + BISECT_TOLERANCE < step <= 0.875
+    # ... and it stops at the held share once the line promises less than the tolerance
+    ratios = {"a": {0.8: (None, 0.99), 1.0: (None, 1.3)}}
+    assert _next_factors({"a": 1.0}, {"a": 0.8}, {"a": 1.0}, {}, ratios) == {"a": 0.8}
+    # no line (rho falls with the share): the midpoint, as without ratios
+    ratios = {"a": {0.5: (None, 0.99), 1.0: (None, 0.95)}}
+    assert _next_factors({"a": 0.5}, {"a": 0.5}, {"a": 1.0}, {}, ratios) == {"a": 0.75}
+
+
+def test_the_judged_bound_is_where_a_target_starts_to_miss() -> None:
+    """judged_bound: the smallest target a metric meets at the upper confidence bound; a target
+    below it misses alone, one at it holds. Unbounded when too many requests never finish."""
+    from hetcompile.simulate.verify import judged_bound, share_outside_ucb
+
+    rng = np.random.default_rng(0)
+    runs = [rng.exponential(1.0, 500) for _ in range(4)]
+    x = judged_bound(runs, 0.99)
+    assert share_outside_ucb([list(r > x) for r in runs]) <= 0.01
+    below = max(v for r in runs for v in r if v < x)
+    assert share_outside_ucb([list(r > below) for r in runs]) > 0.01
+    assert judged_bound([np.array([1.0] * 90 + [math.inf] * 10)], 0.99) == math.inf
+
+
+def test_a_round_stops_early_only_on_a_miss_beyond_doubt() -> None:
+    """The first two replications decide alone only when every workload's share outside its targets
+    is above 1 - q at the lower confidence bound: a steady 30% outside does; 0% in one replication
+    and 4% in the other (cluster10's first plan, whose p99 comes from a rare excursion) does not,
+    nor does a workload too small to be judged alone."""
+    from hetcompile.simulate.engine import Request
+    from hetcompile.simulate.verify import Targets, missed_beyond_doubt
+
+    t = Targets("w", "queueing", "p99", 0.99, 1.0, None)
+
+    def run(n: int, slow: int) -> list[Request]:
+        return [Request(id=i, workload="w", arrival=0.0, input_tokens=8, output_tokens=1, first_token=2.0 if i < slow else 0.5,
+                        finish=2.0 if i < slow else 0.5) for i in range(n)]
+
+    assert missed_beyond_doubt([t], {"w": [run(500, 150), run(500, 160)]})
+    assert not missed_beyond_doubt([t], {"w": [run(500, 0), run(500, 20)]})
+    assert not missed_beyond_doubt([t], {"w": [run(100, 50), run(100, 50)]})  # 200 < 1000 requests for a p99
+    assert not missed_beyond_doubt([], {})
 
 
 def test_a_newer_miss_replaces_a_stale_hold() -> None:

@@ -3,16 +3,33 @@
 The plan's document (ir/document.py) is simulated at its planned load (simulate/verify.py: R seeded
 replications, judged at the upper 95% confidence bound of the share of requests outside each target).
 Where a workload w misses, the pass searches the share f_w of the tail model's load (`tail_factors`,
-which the profile pass multiplies into every shape's planned capacity) at which its targets hold:
+which the profile pass multiplies into every shape's planned capacity) at which its targets hold.
+Each round measures, per workload and target, rho(f_w): the judged percentile over the target
+(VerifiedWorkload.ttft_ratio / tpot_ratio; above 1 a miss). The search is regula falsi on a line
+per target, in the coordinate where rho is about linear in the load:
 
-    missed, never held      f_w <- f_w x tighten(miss)            (target / simulated, in [0.5, 0.9])
-    held at lo, missed at hi f_w <- (lo + hi) / 2  while hi - lo > BISECT_TOLERANCE x hi, else lo
+    TTFT   1 / rho: queueing delay grows like 1 / (1 - load) (M/G/1: W ~ rho / (1 - rho)), so its
+           reciprocal falls about linearly to 0 where the replicas saturate
+    TPOT   rho: a decode step's time grows about linearly with the sequences in flight, and they
+           with the load (Little)
 
-re-running the passes before it (the manager's `ctx.replan`) for each new f, at most MAX_ROUNDS plans.
+and f*(r) = the smallest share at which a target's line reaches rho = r:
+
+    missed, never held       first round: f_w <- f_w x tighten(miss)     (target / simulated, in [0.5, 0.9])
+                             then: f*(AIM) on the lines through the two lowest shares that missed,
+                             within [0.5, 0.9] x f_w
+    held at lo, missed at hi f_w <- lo once f*(1) - lo <= BISECT_TOLERANCE x hi: the gain the lines
+                             promise is below the tolerance; else max(f*(AIM), (lo + f*(1)) / 2), at
+                             most hi - (hi - lo) / 4 (so that a miss there still shrinks the
+                             bracket); bisection's (lo + hi) / 2 where no target's rho grows with f
+                             between them (the simulation's noise over a small step)
+
+AIM (0.95) aims a step just inside the targets, so that it lands on the held side and can end the
+search; a plan for shares already tried is the one built then (the replan is deterministic).
 A plan too large to replay within the work budget (simulate/verify.beyond_budget: its settling
 warm-up alone would take more than half of it) is not simulated: the pass says so, with the
 requests a replay would need, and plan.md marks the targets unchecked.
-Latency is steep in load, so one ratio step overshoots; the bisection takes back what it overshot.
+Latency is steep in load, so the first ratio step overshoots; the lines take back what it overshot.
 The result is the last plan whose every target held; else the last plan whose SLOs held, with
 `verification.unmet` naming the queueing bounds it missed (an SLO is the user's promise, a queueing
 bound the build's own: llama70b-pp's chat and long share replicas, so tightening one moves the
@@ -26,6 +43,7 @@ reused (placement.remembering, opened by the driver), and each round logs one li
 
 from __future__ import annotations
 
+import math
 import time
 
 from hetcompile.errors import HetcompileError, InfeasibleError
@@ -33,9 +51,10 @@ from hetcompile.ir.document import plan_doc
 from hetcompile.ir.problem import PassReport, Problem
 from hetcompile.passes.base import Pass, PassContext, add_report
 from hetcompile.simulate import verify as replay
-from hetcompile.simulate.verify import Miss, summary, tighten
+from hetcompile.simulate.verify import TIGHTEN_MAX, TIGHTEN_MIN, Miss, summary, tighten
 
 BISECT_TOLERANCE = 0.05  # stop refining f_w once the held and missed shares are this close (relative)
+AIM = 0.95  # the rho a step aims at (module docstring)
 
 
 LOG_MISSES = 5  # a round's log line names this many misses, then counts the rest
@@ -58,6 +77,8 @@ class Verify(Pass):
         factors: dict[str, float] = {}
         held: dict[str, float] = {}  # per workload, the highest f_w whose targets held
         missed: dict[str, float] = {}  # the lowest f_w whose targets missed
+        ratios: dict[str, dict[float, Ratios]] = {}  # per workload and f_w, the newest rho measured there
+        plans: dict[tuple, Problem] = {(): ir}  # the plan built for each set of shares tried
         best: Problem | None = None  # the last plan whose every target held
         kept: Problem | None = None  # the last plan whose SLOs held (a queueing bound may have missed)
         slo: list[Miss] = []
@@ -79,7 +100,9 @@ class Verify(Pass):
                                                  notes=("nothing to check: no SLO and no queueing bound",)))
             ctx.log(f"verify: round {rounds}" + (f" at {_factors_text(factors)} of the tail model's load" if factors else "")
                     + f": {sum(w.arrived for d in docs for w in d.workloads)} requests simulated in "
-                    f"{time.perf_counter() - start:.3f}s" + _misses_text(misses))
+                    f"{time.perf_counter() - start:.3f}s"
+                    + (f" ({len(docs)} of {replay.REPLICATIONS} replications: missed beyond doubt)"
+                       if len(docs) < replay.REPLICATIONS else "") + _misses_text(misses))
             slo = [m for m in misses if m.kind == "slo"]
             unmet = tuple(sorted({f"{m.workload}: {miss_text(m)}" for m in misses if m.kind != "slo"}))
             ver = summary(docs, ws, rounds, factors, unmet)
@@ -91,12 +114,15 @@ class Verify(Pass):
             bad = {m.workload for m in misses}
             for vw in ws:
                 _record(held, missed, vw.name, factors.get(vw.name, 1.0), vw.name in bad)
-            trial = next_factors(factors, held, missed, tighten(misses))
+                ratios.setdefault(vw.name, {})[factors.get(vw.name, 1.0)] = (vw.ttft_ratio, vw.tpot_ratio)
+            trial = next_factors(factors, held, missed, tighten(misses), ratios)
             if trial == factors or rounds == max_rounds:
                 break
             ctx.on_pass(f"{self.name} round {rounds + 1}: replan")
+            key = tuple(sorted(trial.items()))
             try:
-                ir = ctx.replan({"tail_factors": tuple(sorted(trial.items()))})
+                ir = plans[key] if key in plans else ctx.replan({"tail_factors": key})
+                plans[key] = ir
             except HetcompileError as exc:
                 if best is not None or kept is not None:
                     ctx.log(f"verify: a plan at {_factors_text(trial)} of the tail model's load does not fit "
@@ -157,22 +183,69 @@ def _record(held: dict[str, float], missed: dict[str, float], w: str, f: float, 
             del missed[w]
 
 
+Ratios = tuple[float | None, float | None]  # (TTFT's rho, TPOT's rho) of one round; None: no such target
+
+
 def next_factors(factors: dict[str, float], held: dict[str, float], missed: dict[str, float],
-                 steps: dict[str, float]) -> dict[str, float]:
-    """The next round's f_w (module docstring): missed and never held -> f_w x its tighten step;
-    bracketed (held at lo, missed at hi) and hi - lo > BISECT_TOLERANCE x hi -> (lo + hi) / 2, the
-    midpoint tried next; otherwise the highest share that held."""
+                 steps: dict[str, float], ratios: dict[str, dict[float, Ratios]] | None = None) -> dict[str, float]:
+    """The next round's f_w (module docstring): missed and never held -> f_w x its tighten step, or
+    the lines through the two lowest misses; bracketed (held at lo, missed at hi) -> a step on the
+    lines through both ends (the midpoint where no line can be drawn), until hi - lo or the gain the
+    lines promise is within BISECT_TOLERANCE x hi; then the highest share that held. `ratios`: per
+    workload and share, the rho measured there (None: the bisection alone)."""
     out = dict(factors)
     for w in sorted(set(held) | set(missed)):
         f = factors.get(w, 1.0)
+        mine = (ratios or {}).get(w, {})
         if w in missed and w not in held:
-            out[w] = f * steps.get(w, 1.0) if w in steps else f
+            lower = sorted(x for x in mine if x >= missed[w])[:2]  # the two lowest shares that missed
+            step = _share_at((lower[0], mine[lower[0]]), (lower[1], mine[lower[1]]), rho=AIM) if len(lower) == 2 else None
+            if step is not None:
+                out[w] = min(TIGHTEN_MAX * f, max(TIGHTEN_MIN * f, step))
+            elif w in steps:
+                out[w] = f * steps[w]
             continue
         if w not in missed:
             continue
         lo, hi = held[w], missed[w]
-        out[w] = 0.5 * (lo + hi) if hi - lo > BISECT_TOLERANCE * hi else lo
+        ends = ((lo, mine[lo]), (hi, mine[hi])) if lo in mine and hi in mine else None
+        edge = _share_at(*ends, rho=1.0) if ends else None
+        if hi - lo <= BISECT_TOLERANCE * hi:
+            out[w] = lo
+        elif edge is None:
+            out[w] = 0.5 * (lo + hi)
+        elif edge - lo <= BISECT_TOLERANCE * hi:
+            out[w] = lo
+        else:
+            aim = _share_at(*ends, rho=AIM) if ends else None
+            out[w] = min(max(aim if aim is not None else lo, 0.5 * (lo + edge)), hi - 0.25 * (hi - lo))
     return {w: round(f, 6) for w, f in out.items() if round(f, 6) < 1.0}
+
+
+def _share_at(a: tuple[float, Ratios], b: tuple[float, Ratios], rho: float) -> float | None:
+    """The smallest share f at which a target's line through the two rounds (f, rho) reaches rho
+    (module docstring: TTFT in 1 / rho, TPOT in rho); None where no target's rho grows with f
+    between them, so no line says where the targets hold."""
+    (fa, ra), (fb, rb) = sorted([a, b], key=lambda p: p[0])
+    if not fb > fa:
+        return None
+    shares = []
+    for k, coord in enumerate((_reciprocal, _identity)):
+        x, y = ra[k], rb[k]
+        if x is None or y is None or not 0 < x < y or (math.isinf(y) and coord is _identity):
+            continue
+        cx, cy = coord(x), coord(y)
+        shares.append(fa + (coord(rho) - cx) * (fb - fa) / (cy - cx))
+    return min(shares) if shares else None
+
+
+def _reciprocal(r: float) -> float:
+    """-1 / rho: rising with rho, 0 at rho = inf (a replica that never drains)."""
+    return 0.0 if math.isinf(r) else -1.0 / r
+
+
+def _identity(r: float) -> float:
+    return r
 
 
 def _factors_text(factors: dict[str, float]) -> str:

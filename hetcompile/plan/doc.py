@@ -217,6 +217,11 @@ class VerifiedWorkload(Frozen):
     met: bool = Field(description="the share of requests within every target is at least the percentile's, at the lower 95% "
                                   "confidence bound over independent replications (simulate/verify.py)")
     factor: float = Field(description="share of the tail model's load the plan was left with")
+    ttft_ratio: float | None = Field(default=None, description=(
+        "the judged TTFT percentile over its target: the smallest bound the share of requests outside meets at its "
+        "upper 95% confidence bound (simulate/verify.py), over the target; above 1 the target misses. The verify "
+        "pass steers its next load share by it"))
+    tpot_ratio: float | None = Field(default=None, description="the same for TPOT")
 
 
 class Verification(Frozen):

@@ -38,6 +38,12 @@ its own seed, warm-up and n_w / R measured requests (Law & Kelton, Simulation Mo
     UCB = max(e + t_{0.95, R-1} s / sqrt(R),  e + Z sqrt(e (1 - e) / n))
 
 (the second term, the independent-samples bound, for runs where no replication sees a miss).
+The first SCREEN = 2 replications are judged first: where every workload misses beyond doubt on
+them (the share outside above 1 - q at its lower bound, t with one degree of freedom: 6.3) the
+round stops there, a verdict more replications would not turn (helix-single24's first plan: 23%
+outside its p99 TTFT bound in each). A rare excursion is not such a miss: helix-cluster10's first
+plan had 0 and 4 of 500 requests outside in its first two replications, and its p99 of 43 s comes
+from the other two.
 
 A workload too small for its own percentile (fewer than requests_for_quantile(q) measured requests:
 a spec of thousands of workloads at a few requests per hour each) cannot be judged alone: with a
@@ -72,7 +78,8 @@ from hetcompile.simulate.run import by_workload, measured, replay, steady_arriva
 from hetcompile.simulate.tail import LIFETIMES, lifetime_s, requests_for_quantile, settling
 
 REPLICATIONS = 4
-T_95 = 2.353  # one-sided 95% Student t quantile with REPLICATIONS - 1 = 3 degrees of freedom
+T_95 = {1: 6.314, 2: 2.920, 3: 2.353}  # one-sided 95% Student t quantiles by degrees of freedom (replications - 1)
+SCREEN = 2  # replications judged first: a round that misses beyond doubt on them stops there (module docstring)
 VERIFY_SEED = 0  # replication r runs with seed VERIFY_SEED + r
 VERIFY_REQUESTS = 2000
 VERIFY_MAX_REQUESTS = 40_000
@@ -210,15 +217,74 @@ def share_outside_ucb(outside: list[list[bool]]) -> float:
     """The upper 95% confidence bound of the share of requests outside a target, from each
     replication's requests (module docstring: replication means, floored by the independent-samples
     bound)."""
-    n = sum(len(o) for o in outside)
-    if n == 0:
-        return 1.0
-    e = sum(sum(o) for o in outside) / n
-    bound = e + Z * math.sqrt(e * (1.0 - e) / n)
-    shares = [sum(o) / len(o) for o in outside if o]
+    return _ucb([sum(o) for o in outside], [len(o) for o in outside])
+
+
+def _ucb(outside: list[int], sizes: list[int]) -> float:
+    """share_outside_ucb from each replication's count outside and count of requests."""
+    n = sum(sizes)
+    return sum(outside) / n + _half_width(outside, sizes) if n else 1.0
+
+
+def _lcb(outside: list[int], sizes: list[int]) -> float:
+    """The lower one-sided 95% confidence bound of the same share (0: no requests)."""
+    n = sum(sizes)
+    return sum(outside) / n - _half_width(outside, sizes) if n else 0.0
+
+
+def _half_width(outside: list[int], sizes: list[int]) -> float:
+    """The one-sided 95% half-width of the share outside: the replication means' (t, R - 1 degrees
+    of freedom), at least the independent samples' (normal)."""
+    n = sum(sizes)
+    e = sum(outside) / n
+    width = Z * math.sqrt(e * (1.0 - e) / n)
+    shares = [k / m for k, m in zip(outside, sizes) if m]
     if len(shares) >= 2:
-        bound = max(bound, e + T_95 * float(np.std(shares, ddof=1)) / math.sqrt(len(shares)))
-    return bound
+        width = max(width, T_95[len(shares) - 1] * float(np.std(shares, ddof=1)) / math.sqrt(len(shares)))
+    return width
+
+
+def judged_bound(values: list[np.ndarray], q: float) -> float:
+    """The smallest bound x a metric meets as judge() judges a target: the share of requests above x
+    (per replication, `values`) is at most 1 - q at its upper confidence bound (inf: no finite x
+    does). By binary search over the values, the share outside falling as x grows. A target x
+    misses alone exactly when x < judged_bound, so judged_bound / target says how far a round is
+    from holding it: the verify pass steers its next load share by that."""
+    xs = np.unique(np.concatenate(values)) if values else np.empty(0)
+    xs = xs[np.isfinite(xs)]
+    sizes = [len(v) for v in values]
+
+    def meets(x: float) -> bool:
+        return _ucb([int(np.count_nonzero(v > x)) for v in values], sizes) <= 1.0 - q
+
+    if not len(xs) or not meets(float(xs[-1])):
+        return math.inf
+    lo, hi = 0, len(xs) - 1  # meets(xs[hi]) holds throughout
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if meets(float(xs[mid])):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(xs[hi])
+
+
+def bound_ratios(t: Targets, runs: list[list[Request]]) -> tuple[float | None, float | None]:
+    """judged_bound / target of t's TTFT and of its TPOT target (None: that target is not set). An
+    unfinished request is outside both; one of a single output token is within any TPOT."""
+    def ttft(r: Request) -> float:
+        return ttft_of(r) if r.finish is not None else math.inf
+
+    def tpot(r: Request) -> float:
+        x = tpot_of(r) if r.finish is not None else math.inf
+        return 0.0 if x is None else x
+
+    def ratio(of, target: float | None) -> float | None:
+        if target is None or target <= 0:
+            return None
+        return judged_bound([np.array([of(r) for r in run], dtype=float) for run in runs], t.q) / target
+
+    return ratio(ttft, t.ttft_s), ratio(tpot, t.tpot_s)
 
 
 def _point(values: list[float], q: float) -> float | None:
@@ -248,7 +314,8 @@ def judge(t: Targets, runs: list[list[Request]]) -> tuple[VerifiedWorkload, list
         name=t.workload, target=t.kind, percentile=t.percentile, ttft_target_s=t.ttft_s, tpot_target_s=t.tpot_s,
         ttft_s=_point(ttft, t.q), tpot_s=_point(tpot, t.q), p99_ttft_s=_point(ttft, 0.99), p99_tpot_s=_point(tpot, 0.99),
         attainment=1.0 - out / len(reqs) if reqs else None, met=not misses, factor=1.0)
-    return vw, misses
+    ttft_ratio, tpot_ratio = bound_ratios(t, runs)
+    return vw.model_copy(update={"ttft_ratio": ttft_ratio, "tpot_ratio": tpot_ratio}), misses
 
 
 # verify() is a pure function of the plan part it replays, its targets, the seed and the run's
@@ -293,40 +360,75 @@ def _replicate(plan: PlanDoc, ts: list[Targets], seed: int,
     if duration <= 0:
         return None, [], []
     seeds = [seed + k for k in range(REPLICATIONS)]
-    if workers > 1:  # forked processes: each replication is a pure function of its seed
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(min(workers, len(seeds)), mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(_one, *zip(*[(plan, ts, duration, warmup, k) for k in seeds])))
+    # the first SCREEN replications are judged alone; where workers can run every replication at
+    # once they all run, and the rest are dropped on the same verdict: the result never depends on
+    # the workers
+    first = seeds if workers >= REPLICATIONS else seeds[:SCREEN]
+    results = _runs(plan, ts, duration, warmup, first, workers)
+    if missed_beyond_doubt(ts, {t.workload: [m[t.workload] for _, m in results[:SCREEN]] for t in ts}):
+        results = results[:SCREEN]
     else:
-        results = [_one(plan, ts, duration, warmup, k) for k in seeds]
+        results += _runs(plan, ts, duration, warmup, seeds[len(first):], workers)
     docs, runs = [d for d, _ in results], {t.workload: [m[t.workload] for _, m in results] for t in ts}
-    pooled = pooled_misses(ts, runs)
+    pooled = _pooled(ts, runs)
     ws, misses = [], []
     for t in ts:
         vw, mine = judge(t, runs[t.workload])
         if t.workload in pooled:
-            mine = pooled[t.workload]
-            vw = vw.model_copy(update={"met": not mine})
+            mine, pooled_vw = pooled[t.workload]
+            vw = vw.model_copy(update={"met": not mine, "ttft_ratio": pooled_vw.ttft_ratio, "tpot_ratio": pooled_vw.tpot_ratio})
         ws.append(vw)
         misses += mine
     return docs, ws, misses
 
 
+def _runs(plan: PlanDoc, ts: list[Targets], duration: float, warmup: float, seeds: list[int],
+          workers: int) -> list[tuple[SimulationDoc, dict]]:
+    """The replications of the given seeds, in `workers` forked processes where more than one (each
+    replication is a pure function of its seed: the same results, in order)."""
+    if workers > 1 and len(seeds) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(workers, len(seeds)), mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_one, *zip(*[(plan, ts, duration, warmup, k) for k in seeds])))
+    return [_one(plan, ts, duration, warmup, k) for k in seeds]
+
+
+def missed_beyond_doubt(ts: list[Targets], runs: dict[str, list[list[Request]]]) -> bool:
+    """Every workload's targets missed beyond doubt in these replications: the share of its requests
+    outside them is above 1 - q at its lower 95% confidence bound (t with R - 1 degrees of freedom,
+    6.3 for two replications). Then more replications would not turn the round's verdict, and the
+    pass's next step (a tighten step, or the lines through the misses) needs no more precision than
+    these give. False where a workload is too small to be judged alone (pooled)."""
+    for t in ts:
+        mine = runs[t.workload]
+        if sum(len(run) for run in mine) < requests_for_quantile(t.q):
+            return False
+        outside = [sum(not within(r, t.ttft_s, t.tpot_s) for r in run) for run in mine]
+        if _lcb(outside, [len(run) for run in mine]) <= 1.0 - t.q:
+            return False
+    return bool(ts)
+
+
 def pooled_misses(ts: list[Targets], runs: dict[str, list[list[Request]]]) -> dict[str, list[Miss]]:
     """The misses of each workload too small to be judged alone, judged pooled with the others of its
     targets (module docstring); {} when there are none. A group of one is judged alone."""
+    return {w: misses for w, (misses, _) in _pooled(ts, runs).items()}
+
+
+def _pooled(ts: list[Targets], runs: dict[str, list[list[Request]]]) -> dict[str, tuple[list[Miss], VerifiedWorkload]]:
+    """pooled_misses, with each group's pooled record (its bound ratios)."""
     groups: dict[tuple, list[Targets]] = {}
     for t in ts:
         if sum(len(run) for run in runs[t.workload]) < requests_for_quantile(t.q):
             groups.setdefault((t.kind, t.q, t.ttft_s, t.tpot_s), []).append(t)
-    out: dict[str, list[Miss]] = {}
+    out: dict[str, tuple[list[Miss], VerifiedWorkload]] = {}
     for group in (g for g in groups.values() if len(g) > 1):
         together = [[r for t in group for r in runs[t.workload][k]] for k in range(len(runs[group[0].workload]))]
-        _, misses = judge(group[0], together)
+        vw, misses = judge(group[0], together)
         for t in group:
-            out[t.workload] = [dataclasses.replace(m, workload=t.workload) for m in misses]
+            out[t.workload] = ([dataclasses.replace(m, workload=t.workload) for m in misses], vw)
     return out
 
 
