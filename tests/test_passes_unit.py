@@ -243,8 +243,10 @@ def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_pla
     out = vp.Verify().run(base, PassContext(solver=SolverOptions(), replan=replan))
     # 1.0 missed (0.125 s > 0.1 s): x 0.8; 0.8 held; then bisect between 0.8 and the lowest miss, 5 plans in all
     assert [dict(t)["chat"] for t in asked] == pytest.approx([0.8, 0.9, 0.85, 0.825])
-    # the result is the plan that held, with its round's verification and the pass's report
-    assert out.tail_factors == (("chat", 0.8),) and out.verification.rounds == 2
+    # the result is the plan that held (round 2), with its round's verification and the pass's
+    # report, which count the 5 plans simulated in all
+    assert out.tail_factors == (("chat", 0.8),) and out.verification.rounds == 5
+    assert out.verification.workloads[0].factor == pytest.approx(0.8) and "5 plans simulated" in out.reports[-1].notes[0]
     assert out.reports[-1].name == "verify" and out.reports[-1].status == "met"
     assert "chat planned at 80% of the tail model's load" in out.reports[-1].notes
 
@@ -269,12 +271,13 @@ def test_verify_steps_along_the_measured_ratio_and_stops_where_it_promises_no_mo
 def test_verify_keeps_the_last_plan_whose_slos_held_when_a_queueing_bound_never_does(monkeypatch) -> None:
     """chat's SLO holds at shares <= 0.8 of the tail model's load; long's queueing bound misses at
     every share (it shares chat's replicas). No plan meets every target, and the last round misses
-    chat: the result is the round-2 plan, where chat held, with long's bound unmet, not an error."""
+    chat: the result is the round-2 plan, where chat held, with long's bound unmet, not an error (and
+    the 5 plans simulated in all)."""
     vp = _stand_in_simulation(monkeypatch, long_misses=True)
     base = _ir()
     out = vp.Verify().run(base, PassContext(solver=SolverOptions(),
                                             replan=lambda update: base.model_copy(update=update)))
-    assert dict(out.tail_factors)["chat"] == pytest.approx(0.8) and out.verification.rounds == 2
+    assert dict(out.tail_factors)["chat"] == pytest.approx(0.8) and out.verification.rounds == 5
     assert out.reports[-1].status == "unmet" and any(u.startswith("long:") for u in out.verification.unmet)
 
 

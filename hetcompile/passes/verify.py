@@ -49,6 +49,7 @@ import time
 from hetcompile.errors import HetcompileError, InfeasibleError
 from hetcompile.ir.document import plan_doc
 from hetcompile.ir.problem import PassReport, Problem
+from hetcompile.plan.doc import Verification
 from hetcompile.passes.base import Pass, PassContext, add_report
 from hetcompile.simulate import verify as replay
 from hetcompile.simulate.verify import TIGHTEN_MAX, TIGHTEN_MIN, Miss, summary, tighten
@@ -79,8 +80,8 @@ class Verify(Pass):
         missed: dict[str, float] = {}  # the lowest f_w whose targets missed
         ratios: dict[str, dict[float, Ratios]] = {}  # per workload and f_w, the newest rho measured there
         plans: dict[tuple, Problem] = {(): ir}  # the plan built for each set of shares tried
-        best: Problem | None = None  # the last plan whose every target held
-        kept: Problem | None = None  # the last plan whose SLOs held (a queueing bound may have missed)
+        best: tuple[Problem, Verification] | None = None  # the last plan whose every target held
+        kept: tuple[Problem, Verification] | None = None  # the last plan whose SLOs held (a queueing bound may have missed)
         slo: list[Miss] = []
         max_rounds = replay.MAX_ROUNDS
         doc = plan_doc(ir)
@@ -106,11 +107,10 @@ class Verify(Pass):
             slo = [m for m in misses if m.kind == "slo"]
             unmet = tuple(sorted({f"{m.workload}: {miss_text(m)}" for m in misses if m.kind != "slo"}))
             ver = summary(docs, ws, rounds, factors, unmet)
-            verified = add_report(ir.model_copy(update={"verification": ver}), _report(self.name, ver))
             if not misses:
-                best = verified
+                best = (ir, ver)
             if not any(m.kind == "slo" for m in misses):
-                kept = verified
+                kept = (ir, ver)
             bad = {m.workload for m in misses}
             for vw in ws:
                 _record(held, missed, vw.name, factors.get(vw.name, 1.0), vw.name in bad)
@@ -127,7 +127,7 @@ class Verify(Pass):
                 if best is not None or kept is not None:
                     ctx.log(f"verify: a plan at {_factors_text(trial)} of the tail model's load does not fit "
                             f"({str(exc).splitlines()[0]})")
-                    return best or kept or verified
+                    return self._result(best or kept, rounds)
                 w = slo[0].workload
                 raise InfeasibleError(
                     f"the SLO of workload {w!r} is not met at the planned load (simulated: "
@@ -140,7 +140,7 @@ class Verify(Pass):
             factors = trial
             doc = plan_doc(ir)
         if best is not None or kept is not None:
-            return best or kept or verified
+            return self._result(best or kept, rounds)
         w = slo[0].workload
         raise InfeasibleError(
             f"the SLO of workload {w!r} is still missed after {max_rounds} plan(s), each loading its replicas less "
@@ -150,8 +150,16 @@ class Verify(Pass):
             hint=_cheapest_change(slo, w),
         )
 
+    def _result(self, chosen: tuple[Problem, Verification] | None, rounds: int) -> Problem:
+        """The plan kept, with its round's verification and the number of plans simulated in all
+        (the plan kept may be an earlier round's: the search went on above it and missed)."""
+        assert chosen is not None
+        ir, ver = chosen
+        ver = ver.model_copy(update={"rounds": rounds})
+        return add_report(ir.model_copy(update={"verification": ver}), _report(self.name, ver))
 
-def _report(name: str, v) -> PassReport:
+
+def _report(name: str, v: Verification) -> PassReport:
     """The pass's row in plan.md: what was simulated, and the load shares the plan holds at."""
     notes = [f"{v.replications} x {v.duration_s:.4g} s at the planned load, {v.requests} requests; "
              f"{v.rounds} plan{'s' if v.rounds != 1 else ''} simulated"]

@@ -232,7 +232,8 @@ class Verification(Frozen):
     requests: int = Field(description="requests measured in the last round, all replications")
     duration_s: float = Field(description="seconds of arrivals per replication")
     warmup_s: float = Field(description="of which warm-up, per replication")
-    rounds: int = Field(description="plans simulated (1: the first plan held)")
+    rounds: int = Field(description="plans simulated in all (1: the first plan held); the other figures are those of "
+                                    "the plan kept, which may be an earlier round's")
     workloads: tuple[VerifiedWorkload, ...]
     unmet: tuple[str, ...] = Field(default=(), description="queueing bounds the last plan still misses (no SLO: the plan stands, "
                                                            "with this said)")
