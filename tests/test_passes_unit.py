@@ -229,10 +229,9 @@ def _stand_in_simulation(monkeypatch, long_misses: bool = False, ratios: bool = 
     return vp
 
 
-def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_plan_that_held(monkeypatch) -> None:
-    """The verify pass's loop on its own: a stand-in simulation that misses chat's TPOT above a
-    share of 0.8 of the tail model's load, and a stand-in replan that records the factors asked for."""
-    vp = _stand_in_simulation(monkeypatch)
+def _run_recording_replans(vp) -> tuple[Problem, list[tuple]]:
+    """The verify pass run on a small IR with a stand-in replan that records the factors asked for:
+    (its result, the factors of each replan)."""
     asked: list[tuple] = []
     base = _ir()
 
@@ -240,7 +239,14 @@ def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_pla
         asked.append(update["tail_factors"])
         return base.model_copy(update=update)
 
-    out = vp.Verify().run(base, PassContext(solver=SolverOptions(), replan=replan))
+    return vp.Verify().run(base, PassContext(solver=SolverOptions(), replan=replan)), asked
+
+
+def test_verify_tightens_the_missed_workload_then_bisects_and_keeps_the_last_plan_that_held(monkeypatch) -> None:
+    """The verify pass's loop on its own: a stand-in simulation that misses chat's TPOT above a
+    share of 0.8 of the tail model's load, and a stand-in replan that records the factors asked for."""
+    vp = _stand_in_simulation(monkeypatch)
+    out, asked = _run_recording_replans(vp)
     # 1.0 missed (0.125 s > 0.1 s): x 0.8; 0.8 held; then bisect between 0.8 and the lowest miss, 5 plans in all
     assert [dict(t)["chat"] for t in asked] == pytest.approx([0.8, 0.9, 0.85, 0.825])
     # the result is the plan that held (round 2), with its round's verification and the pass's
@@ -256,14 +262,7 @@ def test_verify_steps_along_the_measured_ratio_and_stops_where_it_promises_no_mo
     with the ratio at 1, so the line through both rounds promises nothing above 0.8: two plans, not
     five."""
     vp = _stand_in_simulation(monkeypatch, ratios=True)
-    asked: list[tuple] = []
-    base = _ir()
-
-    def replan(update: dict) -> Problem:
-        asked.append(update["tail_factors"])
-        return base.model_copy(update=update)
-
-    out = vp.Verify().run(base, PassContext(solver=SolverOptions(), replan=replan))
+    out, asked = _run_recording_replans(vp)
     assert [dict(t)["chat"] for t in asked] == pytest.approx([0.8])
     assert out.tail_factors == (("chat", 0.8),) and out.verification.rounds == 2
 

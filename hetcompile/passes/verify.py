@@ -216,17 +216,18 @@ def next_factors(factors: dict[str, float], held: dict[str, float], missed: dict
         if w not in missed:
             continue
         lo, hi = held[w], missed[w]
-        ends = ((lo, mine[lo]), (hi, mine[hi])) if lo in mine and hi in mine else None
-        edge = _share_at(*ends, rho=1.0) if ends else None
+        edge = aim = None  # the lines' shares at rho = 1 and at AIM: both or neither (the same targets qualify)
+        if lo in mine and hi in mine:
+            edge = _share_at((lo, mine[lo]), (hi, mine[hi]), rho=1.0)
+            aim = _share_at((lo, mine[lo]), (hi, mine[hi]), rho=AIM)
         if hi - lo <= BISECT_TOLERANCE * hi:
             out[w] = lo
-        elif edge is None:
+        elif edge is None or aim is None:
             out[w] = 0.5 * (lo + hi)
         elif edge - lo <= BISECT_TOLERANCE * hi:
             out[w] = lo
         else:
-            aim = _share_at(*ends, rho=AIM) if ends else None
-            out[w] = min(max(aim if aim is not None else lo, 0.5 * (lo + edge)), hi - 0.25 * (hi - lo))
+            out[w] = min(max(aim, 0.5 * (lo + edge)), hi - 0.25 * (hi - lo))
     return {w: round(f, 6) for w, f in out.items() if round(f, 6) < 1.0}
 
 

@@ -310,12 +310,13 @@ def judge(t: Targets, runs: list[list[Request]]) -> tuple[VerifiedWorkload, list
     if not misses and over and share_outside_ucb(outside) > 1.0 - t.q:
         misses = [max(over, key=lambda x: x[0])[1]]  # each within, both together not: tighten the nearer
     out = sum(sum(o) for o in outside)
+    ttft_ratio, tpot_ratio = bound_ratios(t, runs)
     vw = VerifiedWorkload(
         name=t.workload, target=t.kind, percentile=t.percentile, ttft_target_s=t.ttft_s, tpot_target_s=t.tpot_s,
         ttft_s=_point(ttft, t.q), tpot_s=_point(tpot, t.q), p99_ttft_s=_point(ttft, 0.99), p99_tpot_s=_point(tpot, 0.99),
-        attainment=1.0 - out / len(reqs) if reqs else None, met=not misses, factor=1.0)
-    ttft_ratio, tpot_ratio = bound_ratios(t, runs)
-    return vw.model_copy(update={"ttft_ratio": ttft_ratio, "tpot_ratio": tpot_ratio}), misses
+        attainment=1.0 - out / len(reqs) if reqs else None, met=not misses, factor=1.0,
+        ttft_ratio=ttft_ratio, tpot_ratio=tpot_ratio)
+    return vw, misses
 
 
 # verify() is a pure function of the plan part it replays, its targets, the seed and the run's
