@@ -327,7 +327,7 @@ def test_pipeline_forms_the_next_batch_while_stage_0_is_busy() -> None:
     balanced cohorts of decode sequences stay in flight."""
     rm = _rm(depth=3, max_num_seqs=30)
     sim = ReplicaSim("r", rm)
-    driver = Driver([sim])
+    driver = Driver([sim], decode_runs=False)  # every launch through launch(): the runs give the same times
     queued, sizes = [0], []
     orig = sim.launch
 
@@ -487,9 +487,10 @@ def _trace(seed: int, n: int, rate: float) -> list[tuple[float, int, int, int]]:
 
 
 def _replay_exactly(rms: list[ReplicaModel], trace, fast: bool, until: float, stop_after: int | None,
-                    prefill_first: bool = False):
+                    prefill_first: bool = False, then: float | None = None):
     """Every request's times and every replica's counters, with decode runs and ready heaps on
-    (`fast`) or with every step its own event and every pick a scan (the reference)."""
+    (`fast`) or with every step its own event and every pick a scan (the reference); `then`: the
+    loop stops at `until` (runs in flight cut back there) and goes on to `then`."""
     sims = [ReplicaSim(f"r{i}", rm, prefill_first=prefill_first) for i, rm in enumerate(rms)]
     for s in sims:
         s.measure_until = until * 0.6
@@ -507,6 +508,8 @@ def _replay_exactly(rms: list[ReplicaModel], trace, fast: bool, until: float, st
         reqs.append(r)
         drv.loop.at(t, drv.arrive, f"r{i % len(sims)}", r)
     drv.loop.run(until, stop=None if stop_after is None else (lambda: done[0] >= stop_after))
+    if then is not None:
+        drv.loop.run(then)
     return ([(r.id, r.first_token, r.finish, r.generated, r.kv, r.preemptions, r.prefilled) for r in reqs],
             [(s.steps, s.step_tokens, s.busy_s, s.completed, s.preemptions, s.kv_used, s.in_flight) for s in sims],
             drv.loop.now)
@@ -544,6 +547,33 @@ def test_decode_runs_do_run() -> None:
     finally:
         ReplicaSim.decode_run = real
     assert sum(1 for r in runs if r is not None) > 10
+
+
+def test_pipeline_decode_runs_do_run_and_are_cut_back() -> None:
+    """The pipelines' fast path is taken, and `until` cuts a run in flight back mid-way (else the
+    bit-for-bit test compares the reference with itself there)."""
+    runs, cuts = [], []
+    real_start, real_apply = ReplicaSim.start_pipeline_run, ReplicaSim.apply_pipeline_run
+
+    def start(self, *a):
+        run = real_start(self, *a)
+        runs.append(run)
+        return run
+
+    def apply(self, run, completed):
+        if 0 < completed < len(run.steps):
+            cuts.append(completed)
+        return real_apply(self, run, completed)
+
+    ReplicaSim.start_pipeline_run, ReplicaSim.apply_pipeline_run = start, apply
+    try:
+        rms = [_rm(depth=2, hop=1e-4), _rm(depth=4, max_num_seqs=16)]
+        trace = _trace(1, 200, 20.0)
+        for until in (3.0, 4.5, 6.0):  # cut back, then on from there
+            assert _replay_exactly(rms, trace, True, until, None, then=1e9) == _replay_exactly(rms, trace, False, until, None, then=1e9)
+    finally:
+        ReplicaSim.start_pipeline_run, ReplicaSim.apply_pipeline_run = real_start, real_apply
+    assert sum(1 for r in runs if r is not None) > 10 and cuts
 
 
 def test_a_rebuild_removes_the_simulation_and_charts_of_another_plan(tmp_path: Path) -> None:

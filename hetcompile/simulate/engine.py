@@ -56,6 +56,17 @@ run the loop stops inside (`stop`, `until`) is cut back to the steps completed b
 (`Driver.settle`), so every request time and every counter is what the step-by-step events give,
 bit for bit (tests/test_simulate.py compares the two on random loads).
 
+A pipeline's decode runs (the same, d batches at a time): when a launch leaves every running
+sequence in flight in decode-only batches no larger than a batch may take (ceil(running / d)), with
+no prompt to prefill and no waiting request that could be admitted, each completion re-forms its own
+batch one context token longer and relaunches it at once. `ReplicaSim.start_pipeline_run` steps the
+d batches through the stages in one loop (the last stage serves them in launch order, so they
+complete in that order), up to the first completion that finishes a sequence, finds the KV cache
+without room for a batch's limit, or comes at or after the guard; one event at the last such
+completion applies them, and the batches then in flight complete as ordinary events again (each
+carries a ticket, so the events the run took over are skipped). Helix chains and PP replicas spend
+most steps this way: at llama70b-budget's load 87% of its PP-2 steps are in runs.
+
 Everything is deterministic: no randomness here, ties broken by event sequence numbers.
 """
 
@@ -107,6 +118,9 @@ class _Batch:
     decode: list[Request]
     prefill: list[tuple[Request, int]]
     tokens: int
+    # a pipeline's batch: the number of its completion event still pending (a pipeline run takes
+    # over the in-flight batches and leaves their events behind; Driver._stage_done skips those)
+    ticket: int = 0
 
 
 @dataclass(slots=True)
@@ -117,6 +131,20 @@ class _DecodeRun:
     batch: _Batch
     ends: list[float]  # e_1 .. e_k
     times: list[float]  # t_2 .. t_k
+
+
+@dataclass(slots=True)
+class _PipelineRun:
+    """Completions 1..K of a pipeline's decode run (module docstring): steps[j] = (e_j, batch, t,
+    end): completion j at e_j is of `batch`, which relaunches at once with every context one token
+    longer, its stages taking t (stage_times) and the step completing at `end`. `start`: the
+    (completion, batch) pairs in flight and the stages' free times when the run began; `free`: the
+    stages' free times after the last relaunch."""
+
+    start: list[tuple[float, _Batch]]
+    start_free: list[float]
+    steps: list[tuple[float, _Batch, list[float], float]]
+    free: list[float]
 
 
 @dataclass
@@ -144,6 +172,10 @@ class ReplicaSim:
     # sequence was half of a step's cost)
     prefilling: list = field(init=False, default_factory=list)
     run: "_DecodeRun | None" = field(init=False, default=None)  # the decode run in flight (module docstring)
+    # a pipeline's batches in flight with their completion times, in completion order (the last stage
+    # serves them in launch order), and its decode run in flight (module docstring)
+    flight: deque = field(init=False, default_factory=deque)
+    pipeline_run: "_PipelineRun | None" = field(init=False, default=None)
     admitted: int = field(init=False, default=0)
     # a deep pipeline has most running sequences in flight: instead of scanning all of them for
     # the few a step may take, it keeps the decode-ready ones not in flight in a heap by admission
@@ -357,6 +389,84 @@ class ReplicaSim:
             if run.ends[i] < self.measure_until:
                 self.busy_s += run.times[i]
 
+    def start_pipeline_run(self, guard: float) -> _PipelineRun | None:
+        """The completions of the batches in flight that each re-form their own batch one context
+        token longer (module docstring: every running sequence in flight in a decode-only batch no
+        larger than a batch may take, no prompt to prefill, no waiting request that could be
+        admitted), while no sequence finishes, the KV cache has room for a batch's limit and every
+        completion is before `guard`; None when that is not at least one."""
+        if self.depth == 1 or self.prefill_first or self.prefilling or self._could_admit():
+            return None
+        flight = self.flight
+        running = len(self.running)
+        limit = min(max(1, math.ceil(running / self.depth)), self.model.chunk_tokens)
+        if sum(len(b.decode) for _, b in flight) != running or any(len(b.decode) > limit for _, b in flight):
+            return None
+        # per batch in flight: (completion, batch, completions left before one finishes a sequence, context tokens)
+        queue = deque((e, b, min(r.output_tokens - r.generated for r in b.decode),
+                       sum([r.input_tokens + r.generated for r in b.decode])) for e, b in flight)
+        room = self.kv_capacity - self.kv_used
+        terms, stage_times, act, hops = self.terms, self.model.stage_times, self.model.activation_bytes, self.hops
+        last = self.depth - 1
+        free = list(self.stage_free)
+        steps: list[tuple[float, _Batch, list[float], float]] = []
+        while True:
+            e, b, left, S = queue[0]
+            # a completion at or after a guard, one that finishes a sequence, or a pick that may preempt
+            # (form_batch's second branch) is an ordinary event
+            if e >= guard or left <= 1 or room < limit:
+                break
+            queue.popleft()
+            n = len(b.decode)
+            S += n  # complete(): every sequence one token longer; relaunched at e as _kick and launch() do
+            room -= n
+            fn = float(n)
+            times = stage_times(fn, float(S), float(S), fn, terms)  # step_cost of a decode-only batch
+            t = e
+            for i, ti in enumerate(times):
+                end = (t if t > free[i] else free[i]) + ti
+                free[i] = end
+                t = end + (hops[i][0] + n * act / hops[i][1]) if i < last else end
+            steps.append((e, b, times, t))
+            queue.append((t, b, left - 1, S))
+        return _PipelineRun(list(flight), list(self.stage_free), steps, free) if steps else None
+
+    def apply_pipeline_run(self, run: _PipelineRun, completed: int) -> None:
+        """The effects of the run's first `completed` completions and their relaunches, in order (the
+        busy time's float sum as the step-by-step launches add it); `flight` then holds the batches
+        in flight after them."""
+        count: dict[int, int] = {}
+        flight = deque(run.start)
+        for e, b, times, end in run.steps[:completed]:
+            count[id(b)] = count.get(id(b), 0) + 1
+            if e < self.measure_until:
+                self.busy_s += max(times)
+            flight.popleft()
+            flight.append((end, b))
+        for _, b in flight:
+            c = count.get(id(b), 0)
+            if c:
+                for r in b.decode:
+                    r.generated += c
+                    r.kv += c
+                self.kv_used += c * len(b.decode)
+                self.step_tokens += c * len(b.decode)
+        self.steps += completed
+        if completed == len(run.steps):
+            self.stage_free = run.free
+        elif completed:  # cut back: the stages' free times after relaunch `completed`, as launch() sets them
+            free, act, hops, last = list(run.start_free), self.model.activation_bytes, self.hops, self.depth - 1
+            for e, b, times, _ in run.steps[:completed]:
+                t, n = e, len(b.decode)
+                for i, ti in enumerate(times):
+                    end = (t if t > free[i] else free[i]) + ti
+                    free[i] = end
+                    t = end + (hops[i][0] + n * act / hops[i][1]) if i < last else end
+            self.stage_free = free
+        if completed:
+            self.launched_at = run.steps[completed - 1][0]
+        self.flight = flight
+
     # -- timing -----------------------------------------------------------------------------------
 
     def step_cost(self, batch: _Batch) -> tuple[list[float], list[float]]:
@@ -500,6 +610,17 @@ class Driver:
         if batch is None:
             return
         _, end = rep.launch(self.loop.now, batch)
+        if rep.depth > 1:
+            rep.flight.append((end, batch))
+            prun = rep.start_pipeline_run(self.loop.guard_time()) if self.decode_runs else None
+            if prun is None:
+                self.loop.at(end, self._stage_done, rep, batch, batch.ticket, guard=False)
+                return
+            for _, b in prun.start:
+                b.ticket += 1  # the run completes them now: their pending events are void
+            rep.pipeline_run = prun
+            self.loop.at(prun.steps[-1][0], self._pipeline_run_done, rep, prun, guard=False)
+            return
         run = rep.decode_run(batch, end, self.loop.guard_time()) if self.decode_runs else None
         if run is None:
             self.loop.at(end, self._done, rep, batch, guard=False)
@@ -525,10 +646,38 @@ class Driver:
         rep.launched_at = run.ends[-2]  # the run's last step was launched at the completion before it
         self._done(rep, run.batch)
 
+    def _stage_done(self, rep: ReplicaSim, batch: _Batch, ticket: int) -> None:
+        """A pipeline's batch completes, unless a pipeline run took it over since this was scheduled."""
+        if ticket != batch.ticket:
+            return
+        flight = rep.flight
+        if flight[0][1] is batch:
+            flight.popleft()
+        else:  # not reached while the last stage serves in launch order; kept exact anyway
+            flight.remove(next(x for x in flight if x[1] is batch))
+        self._done(rep, batch)
+
+    def _pipeline_run_done(self, rep: ReplicaSim, run: _PipelineRun) -> None:
+        if rep.pipeline_run is not run:  # cut back by settle
+            return
+        self._end_pipeline_run(rep, run, len(run.steps))
+
+    def _end_pipeline_run(self, rep: ReplicaSim, run: _PipelineRun, completed: int) -> None:
+        """Apply the run's first `completed` completions; the batches then in flight complete as
+        ordinary events again."""
+        rep.apply_pipeline_run(run, completed)
+        rep.pipeline_run = None
+        for e, b in rep.flight:
+            b.ticket += 1
+            self.loop.at(e, self._stage_done, rep, b, b.ticket, guard=False)
+
     def settle(self, t: float, inclusive: bool) -> None:
         """The loop stopped at t: cut every decode run in flight back to the completions before t
         (at t when inclusive); its next step stays in flight as an ordinary event."""
         for rep in self.replicas.values():
+            prun = rep.pipeline_run
+            if prun is not None:
+                self._end_pipeline_run(rep, prun, sum(1 for e, *_ in prun.steps if e < t or (inclusive and e == t)))
             run = rep.run
             if run is None:
                 continue
