@@ -162,10 +162,13 @@ class ReplicaModel(Frozen):
         last stage's head_i including g (step_seconds: the host work overlaps each stage's GPU time;
         a chain whose stages are all faster than the host waits for the host at every stage).
         `terms`: this model's stage_terms(), when the caller kept them."""
-        host = self.host_seconds(seqs)
+        host = self.step_overhead_s + self.seq_overhead_s * seqs  # host_seconds, inline: the simulator's hot path
         kinds, stages = terms or self.stage_terms()
+        overlap, d = self.host_overlap, len(stages)
+        if len(kinds) == 1:  # one GPU type and TP: most chains
+            x = layer_seconds(kinds[0], tokens, kv_tokens, pairs)
+            return [step_seconds(L * x + h, host, overlap, d) for L, _, h in stages]
         layer = [layer_seconds(t, tokens, kv_tokens, pairs) for t in kinds]
-        overlap, d = self.host_overlap, self.depth
         return [step_seconds(L * layer[i] + h, host, overlap, d) for L, i, h in stages]
 
     def host_seconds(self, seqs: float) -> float:

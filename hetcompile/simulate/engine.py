@@ -395,16 +395,16 @@ class ReplicaSim:
         larger than a batch may take, no prompt to prefill, no waiting request that could be
         admitted), while no sequence finishes, the KV cache has room for a batch's limit and every
         completion is before `guard`; None when that is not at least one."""
-        if self.depth == 1 or self.prefill_first or self.prefilling or self._could_admit():
-            return None
         flight = self.flight
+        if self.depth == 1 or self.prefill_first or self.prefilling or flight[0][0] >= guard or self._could_admit():
+            return None
         running = len(self.running)
         limit = min(max(1, math.ceil(running / self.depth)), self.model.chunk_tokens)
-        if sum(len(b.decode) for _, b in flight) != running or any(len(b.decode) > limit for _, b in flight):
+        if sum([len(b.decode) for _, b in flight]) != running or max([len(b.decode) for _, b in flight]) > limit:
             return None
-        # per batch in flight: (completion, batch, completions left before one finishes a sequence, context tokens)
-        queue = deque((e, b, min(r.output_tokens - r.generated for r in b.decode),
-                       sum([r.input_tokens + r.generated for r in b.decode])) for e, b in flight)
+        # per batch in flight: (completion, batch, completions left before one finishes a sequence, context
+        # tokens), the last two counted when the batch first completes in the run (-1 until then)
+        queue = deque((e, b, -1, 0) for e, b in flight)
         room = self.kv_capacity - self.kv_used
         terms, stage_times, act, hops = self.terms, self.model.stage_times, self.model.activation_bytes, self.hops
         last = self.depth - 1
@@ -412,6 +412,9 @@ class ReplicaSim:
         steps: list[tuple[float, _Batch, list[float], float]] = []
         while True:
             e, b, left, S = queue[0]
+            if left < 0:
+                left = min([r.output_tokens - r.generated for r in b.decode])
+                S = sum([r.input_tokens + r.generated for r in b.decode])
             # a completion at or after a guard, one that finishes a sequence, or a pick that may preempt
             # (form_batch's second branch) is an ordinary event
             if e >= guard or left <= 1 or room < limit:
