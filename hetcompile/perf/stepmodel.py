@@ -145,16 +145,20 @@ class ReplicaModel(Frozen):
     def kv_capacity_tokens(self) -> float:
         return min(s.kv_tokens for s in self.stages)
 
-    def stage_terms(self) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[int, int, float], ...]]:
+    def stage_terms(self) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[int, int, float], ...], tuple[int, ...] | None]:
         """What stage_times reads, for a caller that evaluates the same model many times (the
-        simulator) to build once: the distinct LayerCost.terms() of the stages, and per stage
-        (L_i, index of its terms, head_s). Stages of one GPU type and TP share their layer cost,
-        so a long chain evaluates layer(n, S, A) once per kind of stage, not once per stage."""
+        simulator) to build once: the distinct LayerCost.terms() of the stages, the distinct
+        (L_i, index of its terms, head_s) of the stages, and per stage the index of its triple (None
+        when no two stages share one). Stages of one GPU type and TP share their layer cost, and
+        most stages of a long chain their layer count too, so a 19-stage Helix chain evaluates
+        layer(n, S, A) 3 times and t_i 5 times per step, not 19."""
         kinds: dict[tuple[float, ...], int] = {}
         last = len(self.stages) - 1
-        stages = tuple((s.layers, kinds.setdefault(s.cost.terms(), len(kinds)), s.head_s + (self.step_gpu_s if i == last else 0.0))
-                       for i, s in enumerate(self.stages))
-        return tuple(kinds), stages
+        stages = [(s.layers, kinds.setdefault(s.cost.terms(), len(kinds)), s.head_s + (self.step_gpu_s if i == last else 0.0))
+                  for i, s in enumerate(self.stages)]
+        distinct: dict[tuple[int, int, float], int] = {}
+        index = tuple(distinct.setdefault(st, len(distinct)) for st in stages)
+        return tuple(kinds), tuple(distinct), (None if len(distinct) == len(stages) else index)
 
     def stage_times(self, tokens: float, kv_tokens: float, pairs: float, seqs: float = 0.0,
                     terms: tuple | None = None) -> list[float]:
@@ -163,13 +167,15 @@ class ReplicaModel(Frozen):
         a chain whose stages are all faster than the host waits for the host at every stage).
         `terms`: this model's stage_terms(), when the caller kept them."""
         host = self.step_overhead_s + self.seq_overhead_s * seqs  # host_seconds, inline: the simulator's hot path
-        kinds, stages = terms or self.stage_terms()
-        overlap, d = self.host_overlap, len(stages)
+        kinds, distinct, index = terms or self.stage_terms()
+        overlap, d = self.host_overlap, len(self.stages)
         if len(kinds) == 1:  # one GPU type and TP: most chains
             x = layer_seconds(kinds[0], tokens, kv_tokens, pairs)
-            return [step_seconds(L * x + h, host, overlap, d) for L, _, h in stages]
-        layer = [layer_seconds(t, tokens, kv_tokens, pairs) for t in kinds]
-        return [step_seconds(L * layer[i] + h, host, overlap, d) for L, i, h in stages]
+            t = [step_seconds(L * x + h, host, overlap, d) for L, _, h in distinct]
+        else:
+            layer = [layer_seconds(k, tokens, kv_tokens, pairs) for k in kinds]
+            t = [step_seconds(L * layer[i] + h, host, overlap, d) for L, i, h in distinct]
+        return t if index is None else [t[j] for j in index]
 
     def host_seconds(self, seqs: float) -> float:
         """H = o + q m: the engine's host work for one step of m sequences."""

@@ -402,19 +402,21 @@ class ReplicaSim:
         limit = min(max(1, math.ceil(running / self.depth)), self.model.chunk_tokens)
         if sum([len(b.decode) for _, b in flight]) != running or max([len(b.decode) for _, b in flight]) > limit:
             return None
-        # per batch in flight: (completion, batch, completions left before one finishes a sequence, context
-        # tokens), the last two counted when the batch first completes in the run (-1 until then)
-        queue = deque((e, b, -1, 0) for e, b in flight)
+        # per batch in flight: (completion, batch, completions left before one finishes a sequence,
+        # context tokens, its hop seconds), the last three counted when the batch first completes in
+        # the run (-1 until then)
+        queue: deque[tuple[float, _Batch, int, int, list[float]]] = deque((e, b, -1, 0, []) for e, b in flight)
         room = self.kv_capacity - self.kv_used
         terms, stage_times, act, hops = self.terms, self.model.stage_times, self.model.activation_bytes, self.hops
         last = self.depth - 1
         free = list(self.stage_free)
         steps: list[tuple[float, _Batch, list[float], float]] = []
         while True:
-            e, b, left, S = queue[0]
+            e, b, left, S, hop = queue[0]
             if left < 0:
                 left = min([r.output_tokens - r.generated for r in b.decode])
                 S = sum([r.input_tokens + r.generated for r in b.decode])
+                hop = [lat + len(b.decode) * act / bw for lat, bw in hops]  # step_cost's hop seconds
             # a completion at or after a guard, one that finishes a sequence, or a pick that may preempt
             # (form_batch's second branch) is an ordinary event
             if e >= guard or left <= 1 or room < limit:
@@ -426,12 +428,13 @@ class ReplicaSim:
             fn = float(n)
             times = stage_times(fn, float(S), float(S), fn, terms)  # step_cost of a decode-only batch
             t = e
-            for i, ti in enumerate(times):
-                end = (t if t > free[i] else free[i]) + ti
+            for i in range(last):  # launch(): each stage when the batch and the stage are both free, then the hop
+                end = (t if t > free[i] else free[i]) + times[i]
                 free[i] = end
-                t = end + (hops[i][0] + n * act / hops[i][1]) if i < last else end
+                t = end + hop[i]
+            t = free[last] = (t if t > free[last] else free[last]) + times[last]
             steps.append((e, b, times, t))
-            queue.append((t, b, left - 1, S))
+            queue.append((t, b, left - 1, S, hop))
         return _PipelineRun(list(flight), list(self.stage_free), steps, free) if steps else None
 
     def apply_pipeline_run(self, run: _PipelineRun, completed: int) -> None:
