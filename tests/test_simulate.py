@@ -400,8 +400,17 @@ def test_stage_times_from_kept_terms_are_the_stage_models_own() -> None:
     rm = _rm(depth=3, layers=9).model_copy(update={"seq_overhead_s": 4e-5})
     rm = rm.model_copy(update={"stages": (rm.stages[0], rm.stages[1].model_copy(update={"cost": other, "head_s": 1e-3}),
                                           rm.stages[2].model_copy(update={"layers": 5}))})
-    kinds, per_stage = rm.stage_terms()
-    assert len(kinds) == 2 and [i for _, i, _ in per_stage] == [0, 1, 0]
+    kinds, per_stage, index = rm.stage_terms()
+    assert len(kinds) == 2 and [i for _, i, _ in per_stage] == [0, 1, 0] and index is None
+    # stages alike (layers, kind, head) are evaluated once: a chain's first three of four share one
+    alike = _rm(depth=4, layers=8).model_copy(update={"seq_overhead_s": 4e-5, "step_gpu_s": 1e-3})  # g: the last differs
+    kinds, per_stage, index = alike.stage_terms()
+    assert len(kinds) == 1 and len(per_stage) == 2 and index == (0, 0, 0, 1)
+    for n in (64.0, 2048.0):  # the host's time, then the GPU's, binds
+        host = alike.step_overhead_s + alike.seq_overhead_s * 64.0  # 64 sequences
+        gpu = [st.time(n, 5e3, 5e3) + (alike.step_gpu_s if i == 3 else 0.0) for i, st in enumerate(alike.stages)]
+        assert alike.stage_times(n, 5e3, 5e3, 64.0, alike.stage_terms()) == [max(g, host) for g in gpu]
+    assert gpu[3] > gpu[0] > host
     for n, S, A, m in ((1.0, 900.0, 900.0, 1.0), (512.0, 3e4, 7e4, 40.0)):
         host = rm.step_overhead_s + rm.seq_overhead_s * m
         assert rm.stage_times(n, S, A, m, rm.stage_terms()) == [max(st.time(n, S, A), host) for st in rm.stages]
