@@ -166,7 +166,7 @@ class ReplicaModel(Frozen):
         last stage's head_i including g (step_seconds: the host work overlaps each stage's GPU time;
         a chain whose stages are all faster than the host waits for the host at every stage).
         `terms`: this model's stage_terms(), when the caller kept them."""
-        host = self.step_overhead_s + self.seq_overhead_s * seqs  # host_seconds, inline: the simulator's hot path
+        host = self.host_seconds(seqs)
         kinds, distinct, index = terms or self.stage_terms()
         overlap, d = self.host_overlap, len(self.stages)
         if len(kinds) == 1:  # one GPU type and TP: most chains

@@ -133,6 +133,19 @@ class _DecodeRun:
     times: list[float]  # t_2 .. t_k
 
 
+def _cross(free: list[float], t: float, times: list[float], hops: list[float]) -> float:
+    """A batch ready at t goes through the stages: stage i starts it when both are free and takes
+    times[i], then hop i carries it on; `free` (each stage's free time) is updated. Returns when it
+    leaves the last stage."""
+    last = len(times) - 1
+    for i in range(last):
+        end = (t if t > free[i] else free[i]) + times[i]
+        free[i] = end
+        t = end + hops[i]
+    end = free[last] = (t if t > free[last] else free[last]) + times[last]
+    return end
+
+
 @dataclass(slots=True)
 class _PipelineRun:
     """Completions 1..K of a pipeline's decode run (module docstring): steps[j] = (e_j, batch, t,
@@ -263,8 +276,7 @@ class ReplicaSim:
             if batch is not None:
                 return batch
         budget = self.model.chunk_tokens
-        # at most ceil(running / d) decode sequences (module docstring), one budget token each
-        limit = min(max(1, math.ceil(len(self.running) / self.depth)), budget)
+        limit = self._decode_limit()
         if 0 < limit <= self.kv_capacity - self.kv_used:
             decode = self._pick_decodes(limit)  # room for every decode this batch can take
         elif limit > 0:
@@ -275,6 +287,11 @@ class ReplicaSim:
         if not decode and not prefill:
             return None
         return _Batch(decode, prefill, len(decode) + sum(n for _, n in prefill))
+
+    def _decode_limit(self) -> int:
+        """At most ceil(running / d) decode sequences in a micro-batch (module docstring), one token of
+        the step's budget each."""
+        return min(max(1, math.ceil(len(self.running) / self.depth)), self.model.chunk_tokens)
 
     def _pick_decodes(self, limit: int) -> list[Request]:
         """Up to `limit` decode-ready sequences in running order, each with its KV slot (the caller
@@ -398,17 +415,15 @@ class ReplicaSim:
         flight = self.flight
         if self.depth == 1 or self.prefill_first or self.prefilling or flight[0][0] >= guard or self._could_admit():
             return None
-        running = len(self.running)
-        limit = min(max(1, math.ceil(running / self.depth)), self.model.chunk_tokens)
-        if sum([len(b.decode) for _, b in flight]) != running or max([len(b.decode) for _, b in flight]) > limit:
+        limit = self._decode_limit()
+        if sum([len(b.decode) for _, b in flight]) != len(self.running) or max([len(b.decode) for _, b in flight]) > limit:
             return None
         # per batch in flight: (completion, batch, completions left before one finishes a sequence,
         # context tokens, its hop seconds), the last three counted when the batch first completes in
         # the run (-1 until then)
         queue: deque[tuple[float, _Batch, int, int, list[float]]] = deque((e, b, -1, 0, []) for e, b in flight)
         room = self.kv_capacity - self.kv_used
-        terms, stage_times, act, hops = self.terms, self.model.stage_times, self.model.activation_bytes, self.hops
-        last = self.depth - 1
+        terms, stage_times = self.terms, self.model.stage_times
         free = list(self.stage_free)
         steps: list[tuple[float, _Batch, list[float], float]] = []
         while True:
@@ -416,7 +431,7 @@ class ReplicaSim:
             if left < 0:
                 left = min([r.output_tokens - r.generated for r in b.decode])
                 S = sum([r.input_tokens + r.generated for r in b.decode])
-                hop = [lat + len(b.decode) * act / bw for lat, bw in hops]  # step_cost's hop seconds
+                hop = self.hop_seconds(b.tokens)
             # a completion at or after a guard, one that finishes a sequence, or a pick that may preempt
             # (form_batch's second branch) is an ordinary event
             if e >= guard or left <= 1 or room < limit:
@@ -427,12 +442,7 @@ class ReplicaSim:
             room -= n
             fn = float(n)
             times = stage_times(fn, float(S), float(S), fn, terms)  # step_cost of a decode-only batch
-            t = e
-            for i in range(last):  # launch(): each stage when the batch and the stage are both free, then the hop
-                end = (t if t > free[i] else free[i]) + times[i]
-                free[i] = end
-                t = end + hop[i]
-            t = free[last] = (t if t > free[last] else free[last]) + times[last]
+            t = _cross(free, e, times, hop)  # launch()
             steps.append((e, b, times, t))
             queue.append((t, b, left - 1, S, hop))
         return _PipelineRun(list(flight), list(self.stage_free), steps, free) if steps else None
@@ -461,13 +471,9 @@ class ReplicaSim:
         if completed == len(run.steps):
             self.stage_free = run.free
         elif completed:  # cut back: the stages' free times after relaunch `completed`, as launch() sets them
-            free, act, hops, last = list(run.start_free), self.model.activation_bytes, self.hops, self.depth - 1
+            free = list(run.start_free)
             for e, b, times, _ in run.steps[:completed]:
-                t, n = e, len(b.decode)
-                for i, ti in enumerate(times):
-                    end = (t if t > free[i] else free[i]) + ti
-                    free[i] = end
-                    t = end + (hops[i][0] + n * act / hops[i][1]) if i < last else end
+                _cross(free, e, times, self.hop_seconds(b.tokens))
             self.stage_free = free
         if completed:
             self.launched_at = run.steps[completed - 1][0]
@@ -488,19 +494,18 @@ class ReplicaSim:
             A2 += 2 * n * r.prefilled + n * n
         times = self.model.stage_times(float(batch.tokens), float(S), A2 / 2.0, float(len(batch.decode) + len(batch.prefill)),
                                        self.terms)
-        moved = batch.tokens * self.model.activation_bytes
-        return times, [lat + moved / bw for lat, bw in self.hops]
+        return times, self.hop_seconds(batch.tokens)
+
+    def hop_seconds(self, tokens: int) -> list[float]:
+        """Seconds a batch of `tokens` takes on each hop after a stage (latency + bytes / bandwidth)."""
+        moved = tokens * self.model.activation_bytes
+        return [lat + moved / bw for lat, bw in self.hops]
 
     def launch(self, now: float, batch: _Batch) -> tuple[float, float]:
         """Put `batch` into the pipeline at `now`; returns (stage 0 frees, batch leaves the last stage)."""
         times, hops = self.step_cost(batch)
         free = self.stage_free
-        last = len(times) - 1
-        t = now
-        for i, ti in enumerate(times):
-            end = (t if t > free[i] else free[i]) + ti
-            free[i] = end
-            t = end + hops[i] if i < last else end
+        _cross(free, now, times, hops)
         self.in_flight += 1
         self.launched_at = now
         self.steps += 1
@@ -656,11 +661,7 @@ class Driver:
         """A pipeline's batch completes, unless a pipeline run took it over since this was scheduled."""
         if ticket != batch.ticket:
             return
-        flight = rep.flight
-        if flight[0][1] is batch:
-            flight.popleft()
-        else:  # not reached while the last stage serves in launch order; kept exact anyway
-            flight.remove(next(x for x in flight if x[1] is batch))
+        rep.flight.popleft()  # this batch: the last stage serves in launch order (equal times: in event order)
         self._done(rep, batch)
 
     def _pipeline_run_done(self, rep: ReplicaSim, run: _PipelineRun) -> None:
