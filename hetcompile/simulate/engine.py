@@ -57,15 +57,18 @@ run the loop stops inside (`stop`, `until`) is cut back to the steps completed b
 bit for bit (tests/test_simulate.py compares the two on random loads).
 
 A pipeline's decode runs (the same, d batches at a time): when a launch leaves every running
-sequence in flight in decode-only batches no larger than a batch may take (ceil(running / d)), with
-no prompt to prefill and no waiting request that could be admitted, each completion re-forms its own
-batch one context token longer and relaunches it at once. `ReplicaSim.start_pipeline_run` steps the
-d batches through the stages in one loop (the last stage serves them in launch order, so they
-complete in that order), up to the first completion that finishes a sequence, finds the KV cache
-without room for a batch's limit, or comes at or after the guard; one event at the last such
-completion applies them, and the batches then in flight complete as ordinary events again (each
-carries a ticket, so the events the run took over are skipped). Helix chains and PP replicas spend
-most steps this way: at llama70b-budget's load 87% of its PP-2 steps are in runs.
+sequence in flight, with no prompt chunk left to pick (a prompt still prefilling has its chunk in
+flight) and no waiting request that could be admitted, each completion of a decode-only batch no
+larger than a batch may take (ceil(running / d)) re-forms that batch one context token longer and
+relaunches it at once. `ReplicaSim.start_pipeline_run` steps the d batches through the stages in one
+loop (the last stage serves them in launch order, so they complete in that order), up to the first
+completion that finishes a sequence, completes a prompt chunk (a sequence joins the decodes, or
+its next chunk is picked), is of a batch above that limit, finds the KV cache without room for a
+batch's limit, or comes at or after the guard; one event at the last such completion applies them,
+and the batches then in flight complete as ordinary events again (each carries a ticket, so the
+events the run took over are skipped). Helix chains and PP replicas spend most steps this way: at
+llama70b-budget's load 87% of its PP-2 steps are in runs; on helix-highhet42's chains a prompt is
+in flight most of the time, and the runs go on around it.
 
 Everything is deterministic: no randomness here, ties broken by event sequence numbers.
 """
@@ -208,6 +211,7 @@ class ReplicaSim:
         # what step_cost reads every step, built once: the model's coefficients as plain tuples
         self.terms = self.model.stage_terms()
         self.hops = tuple((h.latency_s, h.bandwidth) for h in self.model.hops)
+        self.hop_memo: dict[int, list[float]] = {}  # hop_seconds by batch tokens: few distinct sizes recur
         self.ready = [] if self.depth >= READY_HEAP_DEPTH else None
 
     # -- admission and batch formation ------------------------------------------------------------
@@ -408,16 +412,19 @@ class ReplicaSim:
 
     def start_pipeline_run(self, guard: float) -> _PipelineRun | None:
         """The completions of the batches in flight that each re-form their own batch one context
-        token longer (module docstring: every running sequence in flight in a decode-only batch no
-        larger than a batch may take, no prompt to prefill, no waiting request that could be
-        admitted), while no sequence finishes, the KV cache has room for a batch's limit and every
+        token longer (module docstring: every running sequence in flight, no prompt chunk to pick, no
+        waiting request that could be admitted), while each is of a decode-only batch no larger than
+        a batch may take, no sequence finishes, the KV cache has room for a batch's limit and every
         completion is before `guard`; None when that is not at least one."""
         flight = self.flight
-        if self.depth == 1 or self.prefill_first or self.prefilling or flight[0][0] >= guard or self._could_admit():
+        if self.depth == 1 or self.prefill_first or flight[0][0] >= guard or self._could_admit():
+            return None
+        # every running sequence in flight: the decodes in their batches, each prompt still
+        # prefilling with its chunk (a prompt not in flight would give the next batch a chunk)
+        if (sum([len(b.decode) for _, b in flight]) + len(self.prefilling) != len(self.running)
+                or not all([r.in_flight for r in self.prefilling])):
             return None
         limit = self._decode_limit()
-        if sum([len(b.decode) for _, b in flight]) != len(self.running) or max([len(b.decode) for _, b in flight]) > limit:
-            return None
         # per batch in flight: (completion, batch, completions left before one finishes a sequence,
         # context tokens, its hop seconds), the last three counted when the batch first completes in
         # the run (-1 until then)
@@ -428,13 +435,17 @@ class ReplicaSim:
         steps: list[tuple[float, _Batch, list[float], float]] = []
         while True:
             e, b, left, S, hop = queue[0]
+            # a completion with a prompt chunk changes the next batch (a new decode, or the prompt's
+            # next chunk); one of more decodes than a batch may take re-forms a smaller one
+            if e >= guard or b.prefill or len(b.decode) > limit:
+                break
             if left < 0:
                 left = min([r.output_tokens - r.generated for r in b.decode])
                 S = sum([r.input_tokens + r.generated for r in b.decode])
                 hop = self.hop_seconds(b.tokens)
-            # a completion at or after a guard, one that finishes a sequence, or a pick that may preempt
-            # (form_batch's second branch) is an ordinary event
-            if e >= guard or left <= 1 or room < limit:
+            # a completion that finishes a sequence, or a pick that may preempt (form_batch's second
+            # branch), is an ordinary event
+            if left <= 1 or room < limit:
                 break
             queue.popleft()
             n = len(b.decode)
@@ -497,9 +508,13 @@ class ReplicaSim:
         return times, self.hop_seconds(batch.tokens)
 
     def hop_seconds(self, tokens: int) -> list[float]:
-        """Seconds a batch of `tokens` takes on each hop after a stage (latency + bytes / bandwidth)."""
-        moved = tokens * self.model.activation_bytes
-        return [lat + moved / bw for lat, bw in self.hops]
+        """Seconds a batch of `tokens` takes on each hop after a stage (latency + bytes / bandwidth);
+        the list is shared: callers read it only."""
+        hops = self.hop_memo.get(tokens)
+        if hops is None:
+            moved = tokens * self.model.activation_bytes
+            hops = self.hop_memo[tokens] = [lat + moved / bw for lat, bw in self.hops]
+        return hops
 
     def launch(self, now: float, batch: _Batch) -> tuple[float, float]:
         """Put `batch` into the pipeline at `now`; returns (stage 0 frees, batch leaves the last stage)."""
@@ -624,11 +639,12 @@ class Driver:
         if rep.depth > 1:
             rep.flight.append((end, batch))
             prun = rep.start_pipeline_run(self.loop.guard_time()) if self.decode_runs else None
-            if prun is None:
+            if prun is None or len(prun.steps) < len(prun.start):
                 self.loop.at(end, self._stage_done, rep, batch, batch.ticket, guard=False)
-                return
-            for _, b in prun.start:
-                b.ticket += 1  # the run completes them now: their pending events are void
+                if prun is None:
+                    return
+            for _, b in prun.start[:len(prun.steps)]:
+                b.ticket += 1  # the run completes them: their pending events are void (the rest stand)
             rep.pipeline_run = prun
             self.loop.at(prun.steps[-1][0], self._pipeline_run_done, rep, prun, guard=False)
             return
@@ -671,12 +687,15 @@ class Driver:
 
     def _end_pipeline_run(self, rep: ReplicaSim, run: _PipelineRun, completed: int) -> None:
         """Apply the run's first `completed` completions; the batches then in flight complete as
-        ordinary events again."""
+        ordinary events again. Those the run never reached (flight[i] = start[completed + i], past
+        the run's steps) kept their events; the others, relaunched or cut back, get new ones."""
         rep.apply_pipeline_run(run, completed)
         rep.pipeline_run = None
-        for e, b in rep.flight:
-            b.ticket += 1
-            self.loop.at(e, self._stage_done, rep, b, b.ticket, guard=False)
+        keep = range(len(run.steps) - completed, len(run.start) - completed)
+        for i, (e, b) in enumerate(rep.flight):
+            if i not in keep:
+                b.ticket += 1
+                self.loop.at(e, self._stage_done, rep, b, b.ticket, guard=False)
 
     def settle(self, t: float, inclusive: bool) -> None:
         """The loop stopped at t: cut every decode run in flight back to the completions before t
