@@ -28,3 +28,27 @@ def test_progress_callback_works_with_any_stderr(monkeypatch: pytest.MonkeyPatch
     lines: list[str] = []
     res = solve(_knapsack(), SolverOptions(progress=lines.append), name="knapsack")
     assert res.status == "optimal" and res.objective == pytest.approx(19)
+
+
+def test_explaining_re_solves_run_without_the_root_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compose's what-if and alternatives re-solves (50 nodes) turn HiGHS's root restart off; the
+    plan's own solves keep it. The option reaches HiGHS, and the optimum is the same without it."""
+    from pyomo.contrib.appsi.solvers import Highs
+
+    from hetcompile.passes.compose import SolveLog
+
+    seen: list[dict] = []
+    real = Highs.solve
+
+    def spy(self, model, *a, **kw):
+        seen.append(dict(self.highs_options))
+        return real(self, model, *a, **kw)
+
+    monkeypatch.setattr(Highs, "solve", spy)
+    plan = SolveLog(SolverOptions())
+    explain = plan.explainer()
+    assert plan.options.restarts and not explain.options.restarts and explain.options.node_limit == 50
+    for log in (plan, explain):
+        res = solve(_knapsack(), log.options, name="knapsack")
+        assert res.status == "optimal" and res.objective == pytest.approx(19)
+    assert "mip_allow_restart" not in seen[0] and seen[1]["mip_allow_restart"] is False

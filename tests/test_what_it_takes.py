@@ -164,3 +164,32 @@ def test_build_line_states_what_all_demand_takes(tmp_path) -> None:
                      r"long p99 TTFT [\d.]+ s \(bound [\d.]+ s\), TPOT [\d.]+ s$", line.group(1)), line.group(1)
     assert re.search(r"  takes: Serving 100% of the demand .* takes \$\d+\.\d\d/h to \$\d+\.\d\d/h, above the "
                      r"\$12\.00/h budget", proc.stdout)
+
+
+def test_frontier_points_above_the_budget_start_from_this_plan(tmp) -> None:
+    """Above the plan's budget the plan is feasible: the frontier's re-solve starts from it, so a point
+    stopped at the what-if's work budget never serves less than the plan (scale1072's 1.5x point had).
+    Below it, no start is feasible."""
+    from hetcompile.passes.compose import SolveLog, solve_composition, tables
+    from hetcompile.passes.what_if import composed_solution
+    from hetcompile.passes.compose_alternatives import frontier
+    from hetcompile.opt.solve import SolverOptions
+
+    path = Path(tmp) / "frontier.yaml"
+    path.write_text(BUDGET_LIMITED)
+    ir = compile_spec(path, stop_after="compose").ir
+    t = tables(ir)
+    sol = composed_solution(ir, t)
+    log = SolveLog(SolverOptions()).explainer()
+    starts: dict[float, object] = {}
+
+    def solve(tt, name, obj, **kw):
+        if obj == "theta":
+            starts[round(tt.budget * 3600, 6)] = kw.get("start")
+        return solve_composition(tt, log, name, obj, **kw)[1]
+
+    points = frontier(ir, t, sol, solve, None)
+    budget = t.budget * 3600
+    assert any(b > budget for b in starts) and any(b < budget for b in starts)
+    assert all((s is sol) == (b > budget) for b, s in starts.items())
+    assert all(p.scale >= sol.theta - 1e-9 for p in points if p.budget_per_hour > budget)

@@ -48,6 +48,10 @@ class SolverOptions:
     threads: int = 1
     seed: int = 0
     node_limit: int | None = None  # branch-and-bound nodes per MILP: a work budget, the same on every machine
+    # HiGHS's root restart (mip_allow_restart): after fixing the columns the root found inactive, it
+    # solves the root again, sub-MIP heuristics included. Worth it for a search that goes on; a
+    # re-solve held to a few nodes spends its budget there (compose's what-if and alternatives)
+    restarts: bool = True
     # display only, never changes a result: `progress(line)` hears about long MIP solves every
     # PROGRESS_EVERY_S (a log line); `status(line)` every STATUS_EVERY_S and at each step of a
     # search, what a live status line shows (incumbent, bound, gap), replaced by the next one
@@ -152,6 +156,8 @@ def solve(model: pyo.ConcreteModel, options: SolverOptions, *, name: str, warm_s
     solver.highs_options = {"threads": int(options.threads), "random_seed": int(options.seed)}
     if options.node_limit is not None:
         solver.highs_options["mip_max_nodes"] = int(options.node_limit)
+    if not options.restarts:
+        solver.highs_options["mip_allow_restart"] = False
     start = time.perf_counter()
     close = None
     try:

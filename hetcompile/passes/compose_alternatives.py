@@ -3,8 +3,9 @@
 Both are re-solves of the same composition MILP (same tables, same work budget), bounded:
 
   frontier    a parametric budget sweep: for each B_k in BUDGET_FACTORS x B (and the least $/h
-              that serves the whole demand, when compose's what-if found one), max theta at B_k,
-              then the cheapest plan at that theta (the two stages compose itself runs). The
+              that serves the whole demand, when compose's what-if found one), max theta at B_k
+              (starting from this plan where B_k > B), then the cheapest plan at that theta (the
+              two stages compose itself runs). The
               points that no other point beats on both $/h and theta form the Pareto frontier;
               this plan is marked. 2 solves per point, len(BUDGET_FACTORS) + 1 points at most.
   runners-up  for each replica shape the plan uses (at most MAX_RUNNERS, by served share), the best
@@ -38,8 +39,10 @@ def applies(ir: Problem) -> bool:
             and bool(ir.workloads) and all(w.demand_kind == "rate" for w in ir.workloads))
 
 
-def _best(t: ComposeTables, solve: Solver, name: str) -> ComposeSolution | None:
-    first = solve(t, name, "theta")
+def _best(t: ComposeTables, solve: Solver, name: str, start: ComposeSolution | None = None) -> ComposeSolution | None:
+    """The two stages compose runs (max theta, then the cheapest plan at it); `start`: a plan feasible
+    at this budget, handed to the first stage as its incumbent."""
+    first = solve(t, name, "theta", start=start)
     if first is None or first.theta <= 0:
         return first
     second = solve(t, name + "/cost", "cost", start=first, theta_min=first.theta * THETA_KEEP)
@@ -74,7 +77,10 @@ def frontier(ir: Problem, t: ComposeTables, sol: ComposeSolution, solve: Solver,
     for b in budgets:
         if abs(b - t.budget * 3600) < 1e-9:
             continue
-        alt = _best(replace(t, budget=b / 3600), solve, f"compose/frontier-{human.money(b)}")
+        # above this plan's budget the plan itself is feasible: the re-solve starts from it, so a point
+        # stopped at the work budget never serves less than the plan (scale1072's 1.5x point had)
+        alt = _best(replace(t, budget=b / 3600), solve, f"compose/frontier-{human.money(b)}",
+                    start=sol if b > t.budget * 3600 else None)
         if alt is None or alt.theta <= 0:
             continue
         points.append(FrontierPoint(budget_per_hour=b, price_per_hour=alt.cost * 3600, scale=alt.theta,
