@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -41,7 +41,7 @@ class Slot:
     slice: int  # index of the TP slice on the node (0 for a whole node)
     native: bool
 
-    @property
+    @cached_property  # a chain's memo key is its slots' units: read ~100 times per slot in a search
     def unit(self) -> str:
         return self.node if self.native else f"{self.node}#{self.slice}"
 
