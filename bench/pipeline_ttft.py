@@ -55,9 +55,7 @@ def convoy_seconds(rm: ReplicaModel, I: float, O: float, C: float) -> float:
     m = float(max(1, math.ceil(C / rm.depth)))
     S = m * (I + O / 2.0)
     decode = rm.stage_times(m, S, S, m)
-    move = [h.latency_s + n * rm.activation_bytes / h.bandwidth - (h.latency_s + m * rm.activation_bytes / h.bandwidth)
-            for h in rm.hops]
-    return sum(max(0.0, a - b) for a, b in zip(chunk, decode)) + sum(move)
+    return sum(max(0.0, a - b) for a, b in zip(chunk, decode)) + rm.hop_time(n) - rm.hop_time(m)
 
 
 def main() -> None:

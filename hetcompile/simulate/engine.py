@@ -639,10 +639,10 @@ class Driver:
         if rep.depth > 1:
             rep.flight.append((end, batch))
             prun = rep.start_pipeline_run(self.loop.guard_time()) if self.decode_runs else None
-            if prun is None or len(prun.steps) < len(prun.start):
+            if prun is None or len(prun.steps) < len(prun.start):  # no run reaches the batch just launched
                 self.loop.at(end, self._stage_done, rep, batch, batch.ticket, guard=False)
-                if prun is None:
-                    return
+            if prun is None:
+                return
             for _, b in prun.start[:len(prun.steps)]:
                 b.ticket += 1  # the run completes them: their pending events are void (the rest stand)
             rep.pipeline_run = prun
