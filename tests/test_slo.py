@@ -285,6 +285,20 @@ def test_tail_factors_follow_each_targets_line_and_stop_when_it_promises_little(
     assert _next_factors({"a": 0.5}, {"a": 0.5}, {"a": 1.0}, {}, ratios) == {"a": 0.75}
 
 
+def test_two_misses_within_the_noise_take_the_tighten_step_not_their_line() -> None:
+    """Two misses whose rho differ by less than NOISE_RISE say more about the simulation's noise than
+    about the load: their line would extrapolate far (llama70b-pp's chat, TPOT rho 1.012 at 73% and
+    81%: a line to half the share). The tighten step instead; a line that rises more is followed."""
+    from hetcompile.passes.verify import NOISE_RISE, TIGHTEN_MIN, next_factors
+
+    flat = {"a": {0.81: (None, 1.0125), 0.73: (None, 1.012)}}
+    assert next_factors({"a": 0.73}, {}, {"a": 0.73}, {"a": 0.9}, flat) == {"a": pytest.approx(0.73 * 0.9)}
+    steep = {"a": {0.81: (None, 1.3 * (1 + 3 * NOISE_RISE)), 0.73: (None, 1.3)}}  # rho = 1.3 - 2.44 (0.73 - f)
+    step = next_factors({"a": 0.73}, {}, {"a": 0.73}, {"a": 0.9}, steep)["a"]
+    assert step == pytest.approx(0.73 - (1.3 - 0.95) / (1.3 * 3 * NOISE_RISE / 0.08), abs=1e-6)
+    assert TIGHTEN_MIN * 0.73 < step < 0.73 * 0.9  # the line's own step, further than the ratio's
+
+
 def test_the_judged_bound_is_where_a_target_starts_to_miss() -> None:
     """judged_bound: the smallest target a metric meets at the upper confidence bound; a target
     below it misses alone, one at it holds. Unbounded when too many requests never finish."""

@@ -17,7 +17,8 @@ and f*(r) = the smallest share at which a target's line reaches rho = r:
 
     missed, never held       first round: f_w <- f_w x tighten(miss)     (target / simulated, in [0.5, 0.9])
                              then: f*(AIM) on the lines through the two lowest shares that missed,
-                             within [0.5, 0.9] x f_w
+                             within [0.5, 0.9] x f_w; the tighten step again where their rho differ
+                             by less than NOISE_RISE (noise: a line would extrapolate it)
     held at lo, missed at hi f_w <- lo once f*(1) - lo <= BISECT_TOLERANCE x hi: the gain the lines
                              promise is below the tolerance; else max(f*(AIM), (lo + f*(1)) / 2), at
                              most hi - (hi - lo) / 4 (so that a miss there still shrinks the
@@ -56,6 +57,11 @@ from hetcompile.simulate.verify import TIGHTEN_MAX, TIGHTEN_MIN, Miss, summary, 
 
 BISECT_TOLERANCE = 0.05  # stop refining f_w once the held and missed shares are this close (relative)
 AIM = 0.95  # the rho a step aims at (module docstring)
+# two misses whose rho differ by less than this (relative) differ by the simulation's noise more than
+# by their loads (a p99 of 2000 requests moves a few % between seeds): a line through them would
+# extrapolate that noise far (llama70b-pp's chat, its plan replayed alone: TPOT rho 1.012 at both
+# 73% and 81% of the tail model's load, a line to 36%), so the step is the tighten ratio's instead
+NOISE_RISE = 0.05
 
 
 LOG_MISSES = 5  # a round's log line names this many misses, then counts the rest
@@ -207,7 +213,8 @@ def next_factors(factors: dict[str, float], held: dict[str, float], missed: dict
         mine = (ratios or {}).get(w, {})
         if w in missed and w not in held:
             lower = sorted(x for x in mine if x >= missed[w])[:2]  # the two lowest shares that missed
-            step = _share_at((lower[0], mine[lower[0]]), (lower[1], mine[lower[1]]), rho=AIM) if len(lower) == 2 else None
+            step = (_share_at((lower[0], mine[lower[0]]), (lower[1], mine[lower[1]]), rho=AIM, min_rise=NOISE_RISE)
+                    if len(lower) == 2 else None)
             if step is not None:
                 out[w] = min(TIGHTEN_MAX * f, max(TIGHTEN_MIN * f, step))
             elif w in steps:
@@ -231,17 +238,17 @@ def next_factors(factors: dict[str, float], held: dict[str, float], missed: dict
     return {w: round(f, 6) for w, f in out.items() if round(f, 6) < 1.0}
 
 
-def _share_at(a: tuple[float, Ratios], b: tuple[float, Ratios], rho: float) -> float | None:
+def _share_at(a: tuple[float, Ratios], b: tuple[float, Ratios], rho: float, min_rise: float = 0.0) -> float | None:
     """The smallest share f at which a target's line through the two rounds (f, rho) reaches rho
     (module docstring: TTFT in 1 / rho, TPOT in rho); None where no target's rho grows with f
-    between them, so no line says where the targets hold."""
+    between them (by more than `min_rise`, relative), so no line says where the targets hold."""
     (fa, ra), (fb, rb) = sorted([a, b], key=lambda p: p[0])
     if not fb > fa:
         return None
     shares = []
     for k, coord in enumerate((_reciprocal, _identity)):
         x, y = ra[k], rb[k]
-        if x is None or y is None or not 0 < x < y or (math.isinf(y) and coord is _identity):
+        if x is None or y is None or not 0 < x * (1.0 + min_rise) < y or (math.isinf(y) and coord is _identity):
             continue
         cx, cy = coord(x), coord(y)
         shares.append(fa + (coord(rho) - cx) * (fb - fa) / (cy - cx))
