@@ -170,7 +170,9 @@ def build(
                 missed = sum(not w.met for w in rest)
                 held += (f"; and {len(rest)} more workloads, {f'{missed} missed' if missed else 'all met'} "
                          "(plan.md lists each)")
-            out.print(f"  simulated: {v.replications} x {human.number(v.duration_s)} s at the planned load "
+            from hetcompile.passes.verify import simulated_text
+
+            out.print(f"  simulated: {simulated_text(v, human.number)} "
                       f"({v.requests} requests, {human.plural(v.rounds, 'plan')} tried): {held}", markup=False)
         elif no_verify:
             out.print("  not verified: built with --no-verify (the SLOs and queueing bounds are the tail model's, unsimulated)",

@@ -398,6 +398,49 @@ def test_a_repeated_verification_is_the_same_result_without_a_replay(monkeypatch
     assert len(verify._RECENT) == n + 1 and other[1] != first[1]
 
 
+def test_parts_that_share_no_replica_are_replayed_alone_each_as_long_as_it_needs(monkeypatch) -> None:
+    """chat-rag routes chat and rag to disjoint replicas: two parts, each replayed alone with its own
+    window (chat's shorter: its rate is higher), together fewer requests than the whole plan replayed
+    for the slower workload's window; a part's records are those of replaying that part alone. Where
+    the parts together exceed the work budget, the plan is replayed whole, as one part."""
+    from conftest import ROOT
+    from hetcompile.plan.io import read_plan_doc
+    from hetcompile.simulate import verify
+
+    monkeypatch.setattr(verify, "_RECENT", type(verify._RECENT)())
+    plan = read_plan_doc(ROOT / "tests/golden/chat-rag/plan.json")
+    ts = verify.targets(plan)
+    parts = verify.parts_of(plan, ts)
+    assert [[t.workload for t in pts] for _, pts in parts] == [["chat"], ["rag"]]
+    assert not {r.id for r in parts[0][0].replicas} & {r.id for r in parts[1][0].replicas}
+    docs, ws, _ = verify.verify(plan)
+    v = verify.summary(docs, ws, 1, {})
+    assert [p.workloads for p in v.parts] == [("chat",), ("rag",)]
+    chat, rag = v.parts
+    assert chat.duration_s < rag.duration_s and v.duration_s == rag.duration_s
+    assert v.requests == chat.requests + rag.requests
+    for p in v.parts:  # each workload measured at least as often as its percentile needs
+        assert p.requests >= verify.VERIFY_REQUESTS
+    whole = verify._replicate(verify.part_of(plan, {t.workload for t in ts}), ts, verify.VERIFY_SEED)
+    assert v.requests < sum(w.arrived for d in whole[0] for w in d.workloads)
+    alone = verify.verify(parts[0][0])
+    assert alone[1] == [w for w in ws if w.name == "chat"] and alone[0] == docs[:len(alone[0])]
+    # the parts together above the work budget: the whole plan, one part
+    monkeypatch.setattr(verify, "VERIFY_MAX_REQUESTS", int(sum(verify.natural_requests(p, pts) for p, pts in parts)) - 1)
+    docs, ws, _ = verify.verify(plan)
+    assert [p.workloads for p in verify.summary(docs, ws, 1, {}).parts] == [("chat", "rag")]
+
+
+def test_one_part_where_workloads_share_a_replica() -> None:
+    """three-regions routes chat and rag both to r0: their queues meet there, one part."""
+    from conftest import ROOT
+    from hetcompile.plan.io import read_plan_doc
+    from hetcompile.simulate import verify
+
+    plan = read_plan_doc(ROOT / "tests/golden/three-regions/plan.json")
+    assert [[t.workload for t in pts] for _, pts in verify.parts_of(plan, verify.targets(plan))] == [["chat", "rag"]]
+
+
 def test_replications_in_processes_give_the_same_verification(monkeypatch) -> None:
     """`build -j N` runs the verification's replications in N processes: each is a pure function
     of its seed, so the records are the same, in the same order, as run one after another."""

@@ -155,10 +155,11 @@ def test_build_line_states_what_all_demand_takes(tmp_path) -> None:
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "  binds: budget:" in proc.stdout
-    # the build's simulation, one line: the SLO workload against its targets, the other against the
+    # the build's simulation, one line: chat and long share no replica, so each is replayed alone
+    # for as long as its own rate needs; the SLO workload against its targets, the other against the
     # default queueing bound
-    line = re.search(r"  simulated: 4 x [\d.]+ s at the planned load \(\d+ requests, \d+ plans? tried\): (.*)",
-                     proc.stdout)
+    line = re.search(r"  simulated: 2 independent parts at the planned load, chat 4 x [\d.]+ s; long 4 x [\d.]+ s "
+                     r"\(\d+ requests, \d+ plans? tried\): (.*)", proc.stdout)
     assert line, proc.stdout
     assert re.search(r"chat p99 TTFT [\d.]+ s \(target 2 s\), TPOT [\d.]+ s \(target 0\.17 s\); "
                      r"long p99 TTFT [\d.]+ s \(bound [\d.]+ s\), TPOT [\d.]+ s$", line.group(1)), line.group(1)

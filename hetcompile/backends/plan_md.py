@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hetcompile.backends.templating import render
 from hetcompile.plan import human
-from hetcompile.plan.doc import PlanDoc
+from hetcompile.plan.doc import PlanDoc, Verification
 from hetcompile.plan.groups import group_picture
 
 
@@ -44,9 +44,21 @@ def summary(plan: PlanDoc) -> str:
     return f"{_f(t.requests_per_s)} requests/s within budget and availability."
 
 
+def _replayed(v: Verification, at: str = "") -> str:
+    """How the build replayed the plan: R replications of D s after W s warm-up, or each
+    independent part's (simulate/verify.py)."""
+    def one(r: int, d: float, w: float) -> str:
+        return f"{r} replications of {_f(d)} s{at} after {_f(w)} s warm-up"
+
+    if len(v.parts) < 2:
+        return one(v.replications, v.duration_s, v.warmup_s)
+    return f"{len(v.parts)} independent parts, " + "; ".join(
+        f"{', '.join(q.workloads)}: {one(q.replications, q.duration_s, q.warmup_s)}" for q in v.parts)
+
+
 def plan_md(plan: PlanDoc, pictures: str = "") -> str:
     """`plan`: the document as read back from plan.json's text (plan/io.check_plan_doc), so plan.md
     shows the rounded numbers plan.json states. `pictures`: a markdown block (explain/pictures.py)
     placed after the summary and what binds."""
     return render("plan.md.j2", p=plan, t=plan.totals, summary=summary(plan), f=_f, f2=_f2, pct=_pct, plain=_plain, n=human.plural,
-                  money=human.money, pictures=pictures, group_picture=group_picture)
+                  money=human.money, pictures=pictures, group_picture=group_picture, replayed=_replayed)

@@ -46,11 +46,12 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Callable
 
 from hetcompile.errors import HetcompileError, InfeasibleError
 from hetcompile.ir.document import plan_doc
 from hetcompile.ir.problem import PassReport, Problem
-from hetcompile.plan.doc import Verification
+from hetcompile.plan.doc import Verification, VerifiedPart
 from hetcompile.passes.base import Pass, PassContext, add_report
 from hetcompile.simulate import verify as replay
 from hetcompile.simulate.verify import TIGHTEN_MAX, TIGHTEN_MIN, Miss, summary, tighten
@@ -105,14 +106,12 @@ class Verify(Pass):
             if docs is None:
                 return add_report(ir, PassReport(name=self.name, status="skipped", time_s=0.0,
                                                  notes=("nothing to check: no SLO and no queueing bound",)))
-            ctx.log(f"verify: round {rounds}" + (f" at {_factors_text(factors)} of the tail model's load" if factors else "")
-                    + f": {sum(w.arrived for d in docs for w in d.workloads)} requests simulated in "
-                    f"{time.perf_counter() - start:.3f}s"
-                    + (f" ({len(docs)} of {replay.REPLICATIONS} replications: missed beyond doubt)"
-                       if len(docs) < replay.REPLICATIONS else "") + _misses_text(misses))
             slo = [m for m in misses if m.kind == "slo"]
             unmet = tuple(sorted({f"{m.workload}: {miss_text(m)}" for m in misses if m.kind != "slo"}))
             ver = summary(docs, ws, rounds, factors, unmet)
+            ctx.log(f"verify: round {rounds}" + (f" at {_factors_text(factors)} of the tail model's load" if factors else "")
+                    + f": {ver.requests} requests simulated in {time.perf_counter() - start:.3f}s"
+                    + _parts_text(ver) + _misses_text(misses))
             if not misses:
                 best = (ir, ver)
             if not any(m.kind == "slo" for m in misses):
@@ -165,9 +164,34 @@ class Verify(Pass):
         return add_report(ir.model_copy(update={"verification": ver}), _report(self.name, ver))
 
 
+def _parts_text(v: Verification) -> str:
+    """' in N parts' where the round replayed independent parts, and which of them stopped early
+    because their targets missed beyond doubt on the first replications."""
+    short = [p for p in v.parts if p.replications < replay.REPLICATIONS]
+    if len(v.parts) < 2:
+        return f" ({v.replications} of {replay.REPLICATIONS} replications: missed beyond doubt)" if short else ""
+    return f" in {len(v.parts)} parts" + (
+        f" ({'; '.join(f'{_part_name(p)}: {p.replications} of {replay.REPLICATIONS} replications' for p in short)}: "
+        "missed beyond doubt)" if short else "")
+
+
+def _part_name(p: VerifiedPart) -> str:
+    """A part by its workloads, the first LOG_MISSES of them."""
+    more = len(p.workloads) - LOG_MISSES
+    return ", ".join(p.workloads[:LOG_MISSES]) + (f" and {more} more" if more > 0 else "")
+
+
+def simulated_text(v: Verification, number: Callable[[float], str] = lambda x: f"{x:.4g}") -> str:
+    """How the plan was replayed, in words: R x duration, or each independent part's."""
+    if len(v.parts) < 2:
+        return f"{v.replications} x {number(v.duration_s)} s at the planned load"
+    return (f"{len(v.parts)} independent parts at the planned load, "
+            + "; ".join(f"{_part_name(p)} {p.replications} x {number(p.duration_s)} s" for p in v.parts))
+
+
 def _report(name: str, v: Verification) -> PassReport:
     """The pass's row in plan.md: what was simulated, and the load shares the plan holds at."""
-    notes = [f"{v.replications} x {v.duration_s:.4g} s at the planned load, {v.requests} requests; "
+    notes = [f"{simulated_text(v)}, {v.requests} requests; "
              f"{v.rounds} plan{'s' if v.rounds != 1 else ''} simulated"]
     notes += [f"{w.name} planned at {w.factor:.0%} of the tail model's load" for w in v.workloads if w.factor < 1.0]
     return PassReport(name=name, status="unmet" if v.unmet else "met", time_s=0.0, notes=tuple(notes))

@@ -224,14 +224,30 @@ class VerifiedWorkload(Frozen):
     tpot_ratio: float | None = Field(default=None, description="the same for TPOT")
 
 
+class VerifiedPart(Frozen):
+    """One independently replayed part of the plan (simulate/verify.py): workloads and the replicas
+    they are routed to that share no replica with the rest, each run as long as its own rates need."""
+
+    workloads: tuple[str, ...] = Field(description="the part's workloads, targeted or not, in name order")
+    replicas: tuple[str, ...] = Field(description="the replicas they are routed to")
+    replications: int = Field(description="independent replications of this part (fewer than the others where its targets "
+                                          "missed beyond doubt on the first ones)")
+    requests: int = Field(description="requests measured, all replications")
+    duration_s: float = Field(description="seconds of arrivals per replication")
+    warmup_s: float = Field(description="of which warm-up, per replication")
+
+
 class Verification(Frozen):
     """The build's check of the plan by simulation: seeded, work-bounded (requests, not seconds)."""
 
     seed: int = Field(description="seed of the first replication; replication r runs with seed + r")
-    replications: int = Field(default=1, description="independent replications per round")
-    requests: int = Field(description="requests measured in the last round, all replications")
-    duration_s: float = Field(description="seconds of arrivals per replication")
-    warmup_s: float = Field(description="of which warm-up, per replication")
+    replications: int = Field(default=1, description="independent replications per round (the most of any part)")
+    requests: int = Field(description="requests measured in the last round, all replications and parts")
+    duration_s: float = Field(description="seconds of arrivals per replication (the longest part's)")
+    warmup_s: float = Field(description="of which warm-up, per replication (the longest part's)")
+    parts: tuple[VerifiedPart, ...] = Field(default=(), description=(
+        "the parts replayed one by one: where the targeted workloads fall into groups that share no replica, each "
+        "group is its own simulation, as long as its own rates need (one part: the plan replayed whole)"))
     rounds: int = Field(description="plans simulated in all (1: the first plan held); the other figures are those of "
                                     "the plan kept, which may be an earlier round's")
     workloads: tuple[VerifiedWorkload, ...]

@@ -52,8 +52,8 @@ class Arrival:
 
 
 def poisson_arrivals(plan: PlanDoc, duration: float, seed: int, load: float = 1.0) -> list[Arrival]:
-    """Poisson arrivals per workload at load x served_requests_per_s; one seeded stream per workload
-    (workloads in name order), so adding a workload does not move the others' arrivals."""
+    """Poisson arrivals per workload at load x served_requests_per_s; one seeded stream per workload,
+    by its place in name order (a workload added before another in that order moves its stream)."""
     out: list[Arrival] = []
     for k, w in enumerate(sorted(plan.workloads, key=lambda w: w.name)):
         rate = w.served_requests_per_s * load
