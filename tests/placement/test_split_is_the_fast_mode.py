@@ -70,3 +70,24 @@ def test_the_split_s_value_is_the_fast_mode_of_its_chain_and_a_head_term_moves_b
             assert values[1] <= values[0] * (1 + 1e-9)  # more GPU work per step never serves more
             moved += values[1] < values[0] * (1 - 1e-6)
     assert checked and moved
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_flat_concurrency_tables_take_the_short_path_to_the_same_split(seed: int, monkeypatch) -> None:
+    """Where no stage's KV cache binds (every concurrency table flat at max_concurrency),
+    depth_split skips the candidate arrays: one candidate, kcap = K. The same splits and values as
+    the general computation, on random chains; and the short path is taken there."""
+    from hetcompile.placement.chains import splits
+
+    rng = random.Random(seed)
+    p = _random_problem(rng, head_s=1e-3, step_gpu_s=1e-3)
+    chains = list(_chains(p, rng, 12))
+    data = [splits._slot_data(p, s) for chain in chains for s in chain]
+    assert all(x.flat is not None for x in data)  # util.problem's KV never binds
+    short = [splits.depth_split(p, list(chain)) for chain in chains]
+    general = splits._candidates
+    monkeypatch.setattr(splits, "_candidates",
+                        lambda L, data: general(L, [dataclasses.replace(x, flat=None) for x in data]))
+    p.memo.clear()
+    assert [splits.depth_split(p, list(chain)) for chain in chains] == short
+    assert any(v > 0 for v, _ in short)

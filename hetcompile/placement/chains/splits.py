@@ -25,7 +25,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from hetcompile.perf.capacity import fluid_batch, fluid_rate
-from hetcompile.perf.stepmodel import Hop, hops_seconds, step_seconds
+from hetcompile.perf.stepmodel import Hop, LayerCost, hops_seconds, step_seconds
 from hetcompile.placement.chain_model import hop, layer_cost
 from hetcompile.placement.problem import PlacementProblem, StageProfile
 from hetcompile.placement.result import StageUnit
@@ -116,28 +116,80 @@ def _concurrency(p: PlacementProblem, s: Slot) -> tuple[np.ndarray, bool]:
     return found
 
 
-def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int]]:
-    """(depth-aware tokens/s, layer counts) of the best split; (0, []) if L does not fit."""
-    L = p.num_layers
-    d = len(slots)
-    profs = [profile(p, s) for s in slots]
-    K = np.array([pr.max_layers for pr in profs])
-    if d == 0 or d > L or K.sum() < L:
-        return 0.0, []
-    m = p.model
-    ctx = m.context_tokens
-    tables = [_concurrency(p, s) for s in slots]
-    conc = [cc for cc, _ in tables]
+@dataclass(frozen=True)
+class _SlotData:
+    """What depth_split reads of a (group, TP) slot, computed once per problem: its profile, layer
+    cost, most layers K, concurrency table, and that table's value where it is flat (every layer
+    count holds max_concurrency: the KV cache never binds; None otherwise)."""
+
+    prof: StageProfile
+    cost: LayerCost
+    K: int
+    conc: np.ndarray
+    decreasing: bool
+    flat: float | None
+
+
+def _slot_data(p: PlacementProblem, s: Slot) -> _SlotData:
+    key = ("slot data", s.gi, s.tp)
+    found = p.memo.get(key)
+    if found is None:
+        pr = profile(p, s)
+        cc, decreasing = _concurrency(p, s)
+        flat = float(cc[0]) if len(cc) and decreasing and cc[-1] == cc[0] else None
+        found = p.memo[key] = _SlotData(pr, layer_cost(pr, p.model.context_tokens), pr.max_layers, cc, decreasing, flat)
+    return found
+
+
+def _candidates(L: int, data: list[_SlotData]) -> tuple[np.ndarray, np.ndarray]:
+    """(concurrency candidates c, descending; kcap per candidate and stage): every value of the
+    stages' concurrency tables, and per stage how many layer counts keep its concurrency at c or
+    more. Where every table is flat at one value (the KV cache binds nowhere), that value alone,
+    with kcap = K: what the general computation gives then, without its arrays."""
+    flats = {x.flat for x in data}
+    if len(flats) == 1 and None not in flats:
+        c = flats.pop()
+        if c is not None and c > 0:
+            return np.array([c]), np.array([[x.K for x in data]])
+    conc = [x.conc for x in data]
     every = np.unique(np.concatenate(conc))  # ascending, each value once
     cands = every[every > 0][::-1]
     # kcap per candidate c and stage: how many layer counts keep that stage's concurrency at c or more
     # (conc is decreasing in k: a binary search of -conc; a count where a table is not monotone)
     thresholds = cands * (1 - 1e-12)
-    kcaps = np.stack([np.searchsorted(-cc, -thresholds, side="right") if decreasing
-                      else (cc[None, :] >= thresholds[:, None]).sum(axis=1) for cc, decreasing in tables], axis=1)
+    kcaps = np.stack([np.searchsorted(-x.conc, -thresholds, side="right") if x.decreasing
+                      else (x.conc[None, :] >= thresholds[:, None]).sum(axis=1) for x in data], axis=1)
+    return cands, kcaps
+
+
+def _taus(p: PlacementProblem, slots: list[Slot], costs: list[LayerCost], c: float, n: float, S: float,
+          A: float) -> list[float]:
+    """Each slot's per-layer step time at the fluid batch (n, S, A) of concurrency c over the chain's
+    depth, remembered per (group, TP, c, depth): the search values thousands of chains that share
+    their slots' kinds and depth."""
+    out = []
+    for s, cost in zip(slots, costs):
+        key = ("tau", s.gi, s.tp, c, len(slots))
+        t = p.memo.get(key)
+        if t is None:
+            t = p.memo[key] = cost.time(n, S, A)
+        out.append(t)
+    return out
+
+
+def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int]]:
+    """(depth-aware tokens/s, layer counts) of the best split; (0, []) if L does not fit."""
+    L = p.num_layers
+    d = len(slots)
+    data = [_slot_data(p, s) for s in slots]
+    if d == 0 or d > L or sum(x.K for x in data) < L:
+        return 0.0, []
+    m = p.model
+    profs = [x.prof for x in data]
+    cands, kcaps = _candidates(L, data)
     usable = (kcaps.min(axis=1) >= 1) & (kcaps.sum(axis=1) >= L)
     ratio = m.input_tokens / m.output_tokens
-    costs = [layer_cost(pr, ctx) for pr in profs]
+    costs = [x.cost for x in data]
     links = _hops(p, slots)
     # the GPU work a stage does once per step besides its layers: the last stage reads the lm_head
     # and does the step's other GPU work g (perf/stepmodel.StageModel.time, ReplicaModel.stage_terms)
@@ -148,7 +200,7 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
         c, kcap = float(cands[j]), kcaps[j]
         b = c / d
         n, S, A, seqs = fluid_batch(b, m.input_tokens, m.output_tokens)
-        tau = np.array([cost.time(n, S, A) for cost in costs])  # per layer: the step model's fluid step
+        tau = np.array(_taus(p, slots, costs, c, n, S, A))  # per layer: the step model's fluid step
         steps = np.arange(1, int(kcap.max()) + 1)  # k x tau_i + head_i for k = 1..kcap_i, every stage at once
         grid = np.unique((steps[None, :] * tau[:, None] + head[:, None])[steps[None, :] <= kcap[:, None]])
         fits = np.maximum(0.0, np.floor((grid[:, None] - head[None, :]) / tau[None, :] + 1e-9))
@@ -165,7 +217,8 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
             i = int(np.argmax(np.where(ks > 1, ks * tau + head, -1.0)))
             ks[i] -= 1
             surplus -= 1
-        times = [step_seconds(float(t), m.step_host_s(seqs)) for t in ks * tau + head]
+        host = m.step_host_s(seqs)
+        times = [step_seconds(float(t), host) for t in ks * tau + head]
         X, _ = fluid_rate(tuple(float(t) for t in times), hops_seconds(links, n, m.activation_bytes), c)
         cap = X * (1.0 + ratio)
         if cap > best * (1 + 1e-12):
