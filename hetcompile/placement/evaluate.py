@@ -30,14 +30,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from hetcompile.perf.capacity import fluid_batch, fluid_capacity
 from hetcompile.perf.stepmodel import Hop, hops_seconds, step_seconds
 from hetcompile.placement.chain_model import chain_model, stage_model
 from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem, StageProfile
+
+if TYPE_CHECKING:
+    import networkx as nx
 from hetcompile.placement.result import StageUnit
 from hetcompile.opt.dense import small_lp
 from hetcompile.placement.tables import host, node_pair_cap
@@ -61,6 +64,8 @@ def flow_graph(
     p: PlacementProblem, units: Sequence[StageUnit], chains: Sequence[Sequence[str]] | None = None, partial: bool = False
 ) -> nx.DiGraph:
     """The Helix graph of a placement; `chains` restricts edges to consecutive chain stages."""
+    import networkx as nx
+
     L = p.num_layers
     G = nx.DiGraph()
     G.add_node(SOURCE)
@@ -99,6 +104,8 @@ def helix_flow(
     p: PlacementProblem, units: Sequence[StageUnit], chains: Sequence[Sequence[str]] | None = None, partial: bool = False
 ) -> tuple[float, dict]:
     """(max flow value, networkx flow dict) of a placement in Helix's semantics."""
+    import networkx as nx
+
     G = flow_graph(p, units, chains, partial)
     if not any(True for _ in G.successors(SOURCE)) or not any(True for _ in G.predecessors(SINK)):
         return 0.0, {}
@@ -206,20 +213,25 @@ def chain_eval(p: PlacementProblem, stages: Sequence[StageUnit]) -> ChainEval:
     )
 
 
-FLOW_ALGORITHMS = (
-    nx.algorithms.flow.boykov_kolmogorov, nx.algorithms.flow.preflow_push, nx.algorithms.flow.edmonds_karp,
-    nx.algorithms.flow.dinitz,
-)
+def flow_algorithms() -> tuple:
+    """The maximum-flow algorithms shared_depth_aware takes the best of (networkx is imported here,
+    not at the module's top: a build without placement never needs its 0.2 s import)."""
+    import networkx as nx
+
+    return (nx.algorithms.flow.boykov_kolmogorov, nx.algorithms.flow.preflow_push, nx.algorithms.flow.edmonds_karp,
+            nx.algorithms.flow.dinitz)
 
 
 def shared_depth_aware(p: PlacementProblem, units: Sequence[StageUnit], partial: bool = False) -> float:
     """Depth-aware capacity of shared pipelines: the best over several maximum flows."""
+    import networkx as nx
+
     G = flow_graph(p, units, None, partial)
     if G.out_degree(SOURCE) == 0 or G.in_degree(SINK) == 0:
         return 0.0
     Gi, q = integer_graph(G)
     best = 0.0
-    for algo in FLOW_ALGORITHMS:
+    for algo in flow_algorithms():
         _, flow = nx.maximum_flow(Gi, SOURCE, SINK, flow_func=algo)
         flow = {a: {b: f * q for b, f in nb.items()} for a, nb in flow.items()}
         best = max(best, shared_capacity(p, units, decompose_paths(flow)))
@@ -236,6 +248,8 @@ def integer_graph(G: nx.DiGraph) -> tuple[nx.DiGraph, float]:
     BFS level graph then misses (KeyError: 'source'); on integers every residual is exact. A flow
     of the integer graph times q is feasible for G (floor) and short of its max flow by at most
     (edges in a min cut) * q, i.e. ~1e-12 of the smallest capacity. Unbounded edges stay unbounded."""
+    import networkx as nx
+
     caps = [c for _, _, c in G.edges(data="capacity") if c is not None and math.isfinite(c) and c > 0]
     q = min(caps, default=1.0) * FLOW_QUANTUM
     H = nx.DiGraph()

@@ -46,7 +46,7 @@ def test_bad_arguments_are_rejected():
 def test_shared_depth_aware_survives_float_residuals():
     """networkx's dinitz raised KeyError('source') on this placement (a 1e-15 float residual);
     the evaluator now runs every max-flow algorithm on integer capacities."""
-    from hetcompile.placement.evaluate import FLOW_ALGORITHMS, flow_graph, helix_flow, integer_graph, shared_depth_aware
+    from hetcompile.placement.evaluate import flow_algorithms, flow_graph, helix_flow, integer_graph, shared_depth_aware
     from hetcompile.placement.result import StageUnit
 
     groups = [("G0", "r1", 3, 1, {1: [65.65733658827952, 45.255958672519945, 12.484170268324196]}),
@@ -60,7 +60,7 @@ def test_shared_depth_aware_survives_float_residuals():
     assert shared_depth_aware(p, units) > 0
     value, _ = helix_flow(p, units)
     Gi, q = integer_graph(flow_graph(p, units))
-    for algo in FLOW_ALGORITHMS:  # every algorithm agrees with the float max flow to round-off
+    for algo in flow_algorithms():  # every algorithm agrees with the float max flow to round-off
         import networkx as nx
 
         v, _ = nx.maximum_flow(Gi, "source", "sink", flow_func=algo)

@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-import networkx as nx
 import pyomo.environ as pyo
 
 from hetcompile.placement.tables import GroupTable, Network, layers_at_level
@@ -52,6 +51,8 @@ class ChainTables:
 
 
 def _components(net: Network, theta: float) -> list[tuple[str, ...]]:
+    import networkx as nx  # here: a build without placement never needs its import
+
     G = nx.Graph()
     G.add_nodes_from(net.regions)
     for (r, s), cap in net.cap_max.items():
