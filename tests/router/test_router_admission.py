@@ -206,8 +206,11 @@ FAST_DECODE = dict(decode_tokens_per_s=1e6)  # a plain answer's allowance for it
 
 async def test_hung_replica_is_ejected_on_first_byte_and_requests_fail_over(tmp_path):
     async with FakeVllm("a", hang=True) as a, FakeVllm("b") as b:
+        # b's first-byte timeout is the default's 30 s: b is not what is tested, and at 0.3 s a busy
+        # machine (CI's other worker building an example) delayed b's first bytes past it, so b was
+        # ejected too and 5 of 80 requests got 502
         t = table([planned("a", a.url, first_byte_timeout_s=0.3, **FAST_DECODE),
-                   planned("b", b.url, first_byte_timeout_s=0.3, max_queue=200, **FAST_DECODE)])  # fmt: skip
+                   planned("b", b.url, first_byte_timeout_s=30.0, max_queue=200, **FAST_DECODE)])  # fmt: skip
         # the whole-request read timeout is far away: only the first-byte timeout can act
         async with running_router(write_table(tmp_path / "routing.json", t), read_timeout=600.0) as r:
             n = 80
@@ -232,7 +235,7 @@ async def test_hung_replica_is_ejected_on_first_byte_and_requests_fail_over(tmp_
 async def test_stream_whose_first_chunk_never_comes_fails_over(tmp_path):
     # vLLM sends a stream's head at once and the first chunk after prefill: a hung prefill
     async with FakeVllm("a", stall_first=True) as a, FakeVllm("b") as b:
-        t = table([replica("a", a.url), replica("b", b.url)])
+        t = table([replica("a", a.url), replica("b", b.url, first_byte_timeout_s=30.0)])  # b: not under test (above)
         async with running_router(write_table(tmp_path / "routing.json", t), read_timeout=600.0, first_byte_timeout=0.3) as r:
             async with aiohttp.ClientSession() as s:
                 res = [await call(s, r.url, STREAM) for _ in range(6)]
