@@ -431,6 +431,24 @@ def test_parts_that_share_no_replica_are_replayed_alone_each_as_long_as_it_needs
     assert [p.workloads for p in verify.summary(docs, ws, 1, {}).parts] == [("chat", "rag")]
 
 
+def test_parts_sharing_a_prefill_replica_are_one_part() -> None:
+    """pd-rag: chat on r7, rag on r8-r10 with a P/D group prefilling on r0-r6: two parts. Give chat a
+    group that prefills on r0 too and their queues meet there: the plan is one part. A budget the
+    parts exceed gives one part as well."""
+    from conftest import ROOT
+    from hetcompile.plan.io import read_plan_doc
+    from hetcompile.simulate import verify
+
+    plan = read_plan_doc(ROOT / "tests/golden/pd-rag/plan.json")
+    ts = verify.targets(plan)
+    assert [[t.workload for t in pts] for _, pts in verify.parts_of(plan, ts)] == [["chat"], ["rag"]]
+    assert [[t.workload for t in pts] for _, pts in verify.parts_of(plan, ts, budget=verify.VERIFY_REQUESTS)] == [["chat", "rag"]]
+    g = plan.groups[0]
+    chat = g.model_copy(update={"id": "chat-pd0", "workload": "chat", "prefill": {"r0": 1.0}, "decode": {"r7": 1.0}})
+    shared = plan.model_copy(update={"groups": (*plan.groups, chat)})
+    assert [[t.workload for t in pts] for _, pts in verify.parts_of(shared, ts)] == [["chat", "rag"]]
+
+
 def test_one_part_where_workloads_share_a_replica() -> None:
     """three-regions routes chat and rag both to r0: their queues meet there, one part."""
     from conftest import ROOT

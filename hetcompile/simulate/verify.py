@@ -150,19 +150,31 @@ def targets(plan: PlanDoc) -> list[Targets]:
     return out
 
 
-def parts_of(plan: PlanDoc, ts: list[Targets]) -> list[tuple[PlanDoc, list[Targets]]]:
+def parts_of(plan: PlanDoc, ts: list[Targets], budget: float = math.inf) -> list[tuple[PlanDoc, list[Targets]]]:
     """The plan's independent parts with their targets: part_of each targeted workload, merged where
     they share a replica (part_of closes over shared replicas, so each is a connected component of
-    the routing), in the order of their first targeted workload's name."""
+    the routing), in the order of their first targeted workload's name. One part, the plan whole,
+    where two parts would share a replica all the same (a prefill replica of two P/D groups: part_of
+    adds those after its fixed point) or where the parts' natural_requests exceed `budget` (found
+    part by part: a part needs at least VERIFY_REQUESTS, so a spec of thousands of workloads on
+    their own replicas stops after a few dozen part_of calls, not thousands)."""
     out: list[tuple[PlanDoc, list[Targets]]] = []
     seen: set[str] = set()
+    used: set[str] = set()
+    need = 0.0
     for t in ts:
         if t.workload in seen:
             continue
         part = part_of(plan, {t.workload})
         names = {w.name for w in part.workloads}
+        reps = {r.id for r in part.replicas}
+        mine = [x for x in ts if x.workload in names]
+        need += natural_requests(part, mine)
+        if reps & used or need > budget:
+            return [(plan, ts)]
         seen |= names
-        out.append((part, [x for x in ts if x.workload in names]))
+        used |= reps
+        out.append((part, mine))
     return out
 
 
@@ -385,8 +397,8 @@ def _by_parts(plan: PlanDoc, ts: list[Targets], seed: int,
     they fit the work budget together; else the plan replayed whole, as long as its slowest
     workload needs (each part's run is at most as long as the whole's, so never more work). The
     records in the targets' order; the docs part by part."""
-    parts = parts_of(plan, ts)
-    if len(parts) < 2 or sum(natural_requests(p, pts) for p, pts in parts) > VERIFY_MAX_REQUESTS:
+    parts = parts_of(plan, ts, budget=VERIFY_MAX_REQUESTS)
+    if len(parts) < 2:
         return _replicate(plan, ts, seed, workers)
     docs: list[SimulationDoc] = []
     ws: dict[str, VerifiedWorkload] = {}
