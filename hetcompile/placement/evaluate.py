@@ -38,12 +38,12 @@ from hetcompile.perf.capacity import fluid_batch, fluid_capacity
 from hetcompile.perf.stepmodel import Hop, hops_seconds, step_seconds
 from hetcompile.placement.chain_model import chain_model, stage_model
 from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem, StageProfile
-
-if TYPE_CHECKING:
-    import networkx as nx
 from hetcompile.placement.result import StageUnit
 from hetcompile.opt.dense import small_lp
 from hetcompile.placement.tables import host, node_pair_cap
+
+if TYPE_CHECKING:  # imported where a max flow runs (flow_algorithms): a build without placement never needs it
+    import networkx as nx
 
 # -- Helix semantics --------------------------------------------------------------------------
 

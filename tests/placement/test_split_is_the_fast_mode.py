@@ -87,7 +87,7 @@ def test_flat_concurrency_tables_take_the_short_path_to_the_same_split(seed: int
     short = [splits.depth_split(p, list(chain)) for chain in chains]
     general = splits._candidates
     monkeypatch.setattr(splits, "_candidates",
-                        lambda L, data: general(L, [dataclasses.replace(x, flat=None) for x in data]))
+                        lambda data: general([dataclasses.replace(x, flat=None) for x in data]))
     p.memo.clear()
     assert [splits.depth_split(p, list(chain)) for chain in chains] == short
     assert any(v > 0 for v, _ in short)

@@ -102,25 +102,13 @@ def _hops(p: PlacementProblem, slots: list[Slot]) -> list[Hop]:
     return [hop(p, a.unit, b.unit) for a, b in zip(slots, slots[1:])]
 
 
-def _concurrency(p: PlacementProblem, s: Slot) -> tuple[np.ndarray, bool]:
-    """(sequences a stage of 1..K layers on slot s can hold: min(max_concurrency, KV token-layers of
-    k layers / (k x context)), whether that table is decreasing in k); per (group, TP), remembered
-    on the problem."""
-    key = ("concurrency", s.gi, s.tp)
-    found = p.memo.get(key)
-    if found is None:
-        pr, m = profile(p, s), p.model
-        mc = float(m.max_concurrency) if m.max_concurrency is not None else math.inf
-        cc = np.minimum(mc, np.array(pr.kv_token_layers) / (np.arange(1, pr.max_layers + 1) * m.context_tokens))
-        found = p.memo[key] = (cc, bool(np.all(cc[1:] <= cc[:-1])))
-    return found
-
-
 @dataclass(frozen=True)
 class _SlotData:
     """What depth_split reads of a (group, TP) slot, computed once per problem: its profile, layer
-    cost, most layers K, concurrency table, and that table's value where it is flat (every layer
-    count holds max_concurrency: the KV cache never binds; None otherwise)."""
+    cost, most layers K, concurrency table (sequences a stage of 1..K layers can hold:
+    min(max_concurrency, KV token-layers of k layers / (k x context))), whether that table is
+    decreasing in k, and its value where it is flat (every layer count holds max_concurrency: the
+    KV cache never binds; None otherwise)."""
 
     prof: StageProfile
     cost: LayerCost
@@ -134,23 +122,24 @@ def _slot_data(p: PlacementProblem, s: Slot) -> _SlotData:
     key = ("slot data", s.gi, s.tp)
     found = p.memo.get(key)
     if found is None:
-        pr = profile(p, s)
-        cc, decreasing = _concurrency(p, s)
+        pr, m = profile(p, s), p.model
+        mc = float(m.max_concurrency) if m.max_concurrency is not None else math.inf
+        cc = np.minimum(mc, np.array(pr.kv_token_layers) / (np.arange(1, pr.max_layers + 1) * m.context_tokens))
+        decreasing = bool(np.all(cc[1:] <= cc[:-1]))
         flat = float(cc[0]) if len(cc) and decreasing and cc[-1] == cc[0] else None
-        found = p.memo[key] = _SlotData(pr, layer_cost(pr, p.model.context_tokens), pr.max_layers, cc, decreasing, flat)
+        found = p.memo[key] = _SlotData(pr, layer_cost(pr, m.context_tokens), pr.max_layers, cc, decreasing, flat)
     return found
 
 
-def _candidates(L: int, data: list[_SlotData]) -> tuple[np.ndarray, np.ndarray]:
+def _candidates(data: list[_SlotData]) -> tuple[np.ndarray, np.ndarray]:
     """(concurrency candidates c, descending; kcap per candidate and stage): every value of the
     stages' concurrency tables, and per stage how many layer counts keep its concurrency at c or
     more. Where every table is flat at one value (the KV cache binds nowhere), that value alone,
     with kcap = K: what the general computation gives then, without its arrays."""
     flats = {x.flat for x in data}
-    if len(flats) == 1 and None not in flats:
-        c = flats.pop()
-        if c is not None and c > 0:
-            return np.array([c]), np.array([[x.K for x in data]])
+    c = flats.pop() if len(flats) == 1 else None
+    if c is not None and c > 0:
+        return np.array([c]), np.array([[x.K for x in data]])
     conc = [x.conc for x in data]
     every = np.unique(np.concatenate(conc))  # ascending, each value once
     cands = every[every > 0][::-1]
@@ -186,7 +175,7 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
         return 0.0, []
     m = p.model
     profs = [x.prof for x in data]
-    cands, kcaps = _candidates(L, data)
+    cands, kcaps = _candidates(data)
     usable = (kcaps.min(axis=1) >= 1) & (kcaps.sum(axis=1) >= L)
     ratio = m.input_tokens / m.output_tokens
     costs = [x.cost for x in data]
