@@ -1,6 +1,7 @@
 """Bench: `hetcompile build` wall time per example, here and in another checkout, interleaved.
 
     python bench/build_time.py [--base /tmp/ref] [--repeat 3] [--examples quickstart,llama70b-pp]
+                               [--spec bench/data/scale1072.yaml ...]
 
 Each example is built `--repeat` times with this checkout and with `--base` (PYTHONPATH pointing at
 it, same interpreter), alternating, plus once here with `--no-verify`; the minimum of each is
@@ -46,13 +47,16 @@ def main() -> None:
     ap.add_argument("--base", type=Path, default=None, help="another checkout to compare with (default: none)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--examples", default=",".join(sorted(p.parent.name for p in (ROOT / "examples").glob("*/spec.yaml"))))
+    ap.add_argument("--spec", type=Path, action="append", default=[],
+                    help="a spec file to build too (repeatable); with --examples '' only these")
     a = ap.parse_args()
     print(f"{'example':22s} {'base s':>8s} {'this s':>8s} {'ratio':>6s} {'verify s':>9s} {'share':>6s} {'plans':>5s} "
           f"{'no-verify s':>11s}")
     total_base = total_this = 0.0
     with tempfile.TemporaryDirectory() as tmp:
-        for name in a.examples.split(","):
-            spec = ROOT / "examples" / name / "spec.yaml"
+        specs = [(n, ROOT / "examples" / n / "spec.yaml") for n in a.examples.split(",") if n]
+        specs += [(p.stem, p.resolve()) for p in a.spec]
+        for name, spec in specs:
             base, this = [], []
             for k in range(a.repeat):
                 if a.base is not None:

@@ -189,8 +189,23 @@ def _lumps(mu: float, size: float, cap: float) -> list[tuple[float, float]]:
 
 
 def _mean_lump(mu: float, size: float, cap: float) -> float:
-    """E[min(K size, cap)], K ~ Poisson(mu) (the mean of _lumps without building its points)."""
-    return sum(p * min(k * size, cap) for k, p in _poisson(mu))
+    """E[min(K size, cap)], K ~ Poisson(mu), over _poisson's points (the mean of _lumps without
+    building them): one pass over the same window with the same cut-off and normalization, no list.
+    step_mix's bisection calls this 40 times per step mix (scale1072's profile pass: 720,000 calls)."""
+    if mu <= 0:
+        return 0.0
+    lo, hi = max(0, int(mu - 8.0 * math.sqrt(mu) - 1)), int(mu + 8.0 * math.sqrt(mu) + 2)
+    log_mu = math.log(mu)
+    x = lo * log_mu - mu - math.lgamma(lo + 1)
+    total, acc = 0.0, 0.0
+    for k in range(lo, hi + 1):
+        if k > lo:
+            x += log_mu - math.log(k)
+        if x > -40.0:
+            p = math.exp(x)
+            total += p
+            acc += p * min(k * size, cap)
+    return acc / total
 
 
 def step_mix(rm: ReplicaModel, b: float, input_tokens: float, output_tokens: float, kv_full: bool = False) -> StepMix:

@@ -12,6 +12,11 @@ import re
 
 import yaml
 
+try:  # libyaml's emitter: the same bytes as PyYAML's own (every golden and scale1072's 814 tasks), 10x faster
+    from yaml import CSafeDumper as _SafeDumper
+except ImportError:  # PyYAML built without libyaml
+    from yaml import SafeDumper as _SafeDumper
+
 SIG_DIGITS = 6
 
 
@@ -39,11 +44,11 @@ def dumps_json(value: object) -> str:
     return json.dumps(canon(value), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-class _BlockDumper(yaml.SafeDumper):
+class _BlockDumper(_SafeDumper):
     """Multi-line strings as `|` blocks, so run scripts stay readable in task YAML."""
 
 
-def _str_representer(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+def _str_representer(dumper: _SafeDumper, data: str) -> yaml.ScalarNode:
     if "\n" in data:
         return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
     return dumper.represent_scalar("tag:yaml.org,2002:str", data)
