@@ -768,3 +768,89 @@ def test_progress_lines_during_a_solve_do_not_change_it(monkeypatch):
                  name="compose/max-theta")
     assert heard and all(h.startswith("compose/max-theta: ") and " nodes, " in h for h in heard)
     assert (loud.status, loud.objective) == (quiet.status, quiet.objective)
+
+
+# ---- dominated shapes (compose_model.drop_dominated) -----------------------------------------------
+
+
+def test_dominated_shapes_are_dropped_and_the_optima_do_not_move():
+    """k copies of a shape of the same offer replace a shape of k x its GPUs that serves no more:
+    the MILP without such columns has the same max theta and min cost (`drop_dominated`'s claim)."""
+    from hetcompile.passes.compose_model import drop_dominated, restore_dominated
+
+    dropped_somewhere = 0
+    for case in CASES + [hard_case()]:
+        reduced, dropped = drop_dominated(case.t)
+        for b, (a, k) in dropped.items():
+            t = case.t
+            assert a in reduced.shapes and b not in reduced.shapes and t.shape_offer[a] == t.shape_offer[b]
+            assert t.shape_gpus[b] == k * t.shape_gpus[a]
+            assert all(k * t.h[a, w] >= h for (c, w), h in t.h.items() if c == b)
+        if not dropped:
+            assert reduced is case.t
+            continue
+        dropped_somewhere += 1
+        for objective in ("theta", "cost"):
+            full, _ = milp(case.t, objective)
+            res, sol = milp(reduced, objective)
+            assert res.status == full.status
+            if full.objective is not None:
+                assert res.objective == pytest.approx(full.objective, rel=REL, abs=1e-12)
+                back = restore_dominated(sol, case.t, dropped)
+                assert set(back.y) == set(case.t.shapes) and all(back.y[b] == 0 for b in dropped)
+    assert dropped_somewhere >= 5  # the random cases have dominated shapes to drop
+
+
+def test_dominance_needs_the_same_offer_a_divisor_and_no_running_replica():
+    from dataclasses import replace
+
+    from hetcompile.passes.compose_model import drop_dominated
+
+    t = ComposeTables(
+        shapes=("a1", "a2", "a4", "b2", "c3"), workloads=("w",), offers=("A", "B"),
+        shape_offer={"a1": "A", "a2": "A", "a4": "A", "b2": "B", "c3": "A"},
+        shape_gpus={"a1": 1, "a2": 2, "a4": 4, "b2": 2, "c3": 3},
+        h={("a1", "w"): 1.0, ("a2", "w"): 2.5, ("a4", "w"): 4.5, ("b2", "w"): 0.1, ("c3", "w"): 0.5},
+        demand={"w": 1.0}, avail={"A": 8, "B": 8}, owned={"A": 0, "B": 0}, price={"A": 1.0, "B": 1.0}, budget=None,
+    )
+    # a1 (1 GPU, 1.0) is beaten by nothing; a2 (2.5) beats 2 x a1; a4 (4.5) beats 4 x a1 but loses to 2 x a2;
+    # b2 is on another offer; c3 (3 GPUs) is no multiple of a2 and 3 x a1 (3.0) beats it
+    assert drop_dominated(t)[1] == {"a4": ("a2", 2), "c3": ("a1", 3)}
+    # replanning: a running a4 stays, and churn counts replicas, so only k = 1 replaces
+    assert drop_dominated(replace(t, previous={"a4": 1}))[1] == {}
+    # two equal shapes replace each other: the first by id stays
+    twin = replace(t, shapes=("a2", "a2x"), shape_offer={"a2": "A", "a2x": "A"}, shape_gpus={"a2": 2, "a2x": 2},
+                   h={("a2", "w"): 2.5, ("a2x", "w"): 2.5})
+    assert drop_dominated(twin)[1] == {"a2x": ("a2", 1)}
+
+
+def test_a_start_on_dropped_shapes_becomes_their_replacements():
+    """A warm start that uses a dropped shape is handed to HiGHS as k replicas of its replacement,
+    so a solve started from it still never reports less than the start."""
+    from hetcompile.passes.compose import SolveLog, solve_composition
+    from hetcompile.passes.compose_model import ComposeSolution
+
+    t = ComposeTables(
+        shapes=("a2", "a4"), workloads=("w",), offers=("A",), shape_offer={"a2": "A", "a4": "A"},
+        shape_gpus={"a2": 2, "a4": 4}, h={("a2", "w"): 2.5, ("a4", "w"): 4.0}, demand={"w": 1.0},
+        avail={"A": 8}, owned={"A": 0}, price={"A": 1.0}, budget=None,
+    )
+    start = ComposeSolution(y={"a2": 0, "a4": 2}, r={("a2", "w"): 0.0, ("a4", "w"): 8.0}, theta=8.0, cost=8.0)
+    log = SolveLog(SolverOptions(mip_gap=1e-9, node_limit=1))
+    res, sol = solve_composition(t, log, "test/max-theta", "theta", start=start)
+    assert sol is not None and sol.y == {"a2": 4, "a4": 0} and sol.theta == pytest.approx(10.0)
+
+
+def test_the_second_stage_only_breaks_ties_within_its_work_budget(monkeypatch):
+    """max-throughput's cheapest plan at theta* gets TIEBREAK_NODES at most, starts from the first
+    stage's plan and says so when it stops there; the plan keeps the first stage's theta."""
+    import hetcompile.passes.compose as compose_mod
+
+    case = hard_case()
+    monkeypatch.setattr(compose_mod, "TIEBREAK_NODES", 1)
+    out = Compose().run(problem_of(case, "max-throughput"), PassContext(solver=SOLVER))
+    notes = out.reports[-1].notes
+    best = solve(build_model(case.t, "theta"), SOLVER, name="full")
+    assert best.status == "optimal" and out.composition.scale == pytest.approx(best.objective / sum(case.t.demand.values()), rel=2 * REL)
+    stopped = [n for n in notes if n.startswith("compose/min-cost-at-theta stopped at its work budget (1 nodes; it only breaks ties)")]
+    assert stopped, notes

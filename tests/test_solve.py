@@ -52,3 +52,7 @@ def test_explaining_re_solves_run_without_the_root_restart(monkeypatch: pytest.M
         res = solve(_knapsack(), log.options, name="knapsack")
         assert res.status == "optimal" and res.objective == pytest.approx(19)
     assert "mip_allow_restart" not in seen[0] and seen[1]["mip_allow_restart"] is False
+    # and without RINS / RENS sub-MIPs, which the plan's own solves keep
+    assert plan.options.submips and not explain.options.submips
+    assert "mip_heuristic_run_rins" not in seen[0]
+    assert seen[1]["mip_heuristic_run_rins"] is False and seen[1]["mip_heuristic_run_rens"] is False

@@ -33,9 +33,11 @@ from hetcompile.passes.compose_model import (
     ComposeSolution,
     ComposeTables,
     build_model,
+    drop_dominated,
     extract,
     merge_alike,
     model_cost_to_per_s,
+    restore_dominated,
     solution_churn,
     solution_cost,
     split_alike,
@@ -338,6 +340,14 @@ def check_budget_covers_models(ir: Problem, t: ComposeTables) -> None:
 # restart spends the budget re-running the root's sub-MIP heuristics (scale1072's frontier point at
 # half its budget: 4.8 s and 83 sub-MIP calls with it, gap 0.37%; 1.7 s and 28 without, gap 0.38%).
 EXPLAIN_NODES = 50
+# The second stage of max-throughput (the cheapest plan at the first stage's theta) is a tie-break:
+# it removes replicas bought with budget that no longer raises theta. It starts from the first
+# stage's plan, so it never reports more than that plan's cost, and it gets this many nodes at most.
+# Its bound is weak where theta is held near its maximum (every GPU is then placed by the first
+# stage): bench/data/scale1072.yaml's first 27,000 nodes (90 s) found nothing cheaper than the start,
+# the next ones 0.1% ($2/h of $1,929/h). Every example's second stage ends within it. Like the
+# what-if's re-solves it runs without sub-MIP heuristics (SolverOptions.submips): 3.3 s instead of 11.7 s.
+TIEBREAK_NODES = 1000
 
 
 @dataclass
@@ -347,18 +357,22 @@ class SolveLog:
     options: SolverOptions
     results: list[SolveResult] = field(default_factory=list)
     explains: bool = False  # the what-if's log: its re-solves run under EXPLAIN_NODES
+    budgets: dict[str, int] = field(default_factory=dict)  # solves held to fewer nodes than options say
 
     def explainer(self) -> "SolveLog":
         """A log for the what-if and alternatives re-solves: these options, EXPLAIN_NODES at most, no
-        root restart."""
+        root restart, no sub-MIP heuristics (SolverOptions.submips)."""
         o = self.options
-        return SolveLog(replace(o, node_limit=min(o.node_limit or EXPLAIN_NODES, EXPLAIN_NODES), restarts=False),
-                        explains=True)
+        return SolveLog(replace(o, node_limit=min(o.node_limit or EXPLAIN_NODES, EXPLAIN_NODES), restarts=False,
+                                submips=False), explains=True)
 
     def notes(self) -> list[str]:
         out = []
         for r in self.results:
-            if r.limit == "nodes" and self.explains:
+            if r.limit == "nodes" and r.name in self.budgets:
+                out.append(f"{r.name} stopped at its work budget ({self.budgets[r.name]} nodes; it only breaks ties), "
+                           f"gap {'-' if r.gap is None else f'{100 * r.gap:.3g}%'}")
+            elif r.limit == "nodes" and self.explains:
                 out.append(f"{r.name} stopped at the what-if and alternatives' work budget ({EXPLAIN_NODES} nodes), "
                            f"gap {'-' if r.gap is None else f'{100 * r.gap:.3g}%'}")
             elif r.limit == "nodes":
@@ -371,24 +385,34 @@ class SolveLog:
 
 
 def solve_composition(t: ComposeTables, opts: SolveLog, name: str, objective: str, start: ComposeSolution | None = None,
-           **kw) -> tuple[SolveResult, ComposeSolution | None]:
+           nodes: int | None = None, **kw) -> tuple[SolveResult, ComposeSolution | None]:
     """One composition MILP. `start`: a plan known to be feasible for this one (the first stage's plan
     for the cheapest plan at its theta; the plan itself for a what-if that only adds budget or nodes),
     handed to HiGHS as its replica counts y: branch and bound starts with an incumbent instead of
     searching for one (bench/data/scale1072.yaml: the second stage reaches its 0.1% gap in 37 s, where
     it stopped at the 120 s cap without it), and a re-solve stopped at its work budget never reports
-    less than the plan it started from."""
+    less than the plan it started from. `nodes`: a work budget below the options' own, for a solve
+    that starts from a known plan and only improves on it (no sub-MIP heuristics: SolverOptions.submips)."""
     merged, groups = merge_alike(t)  # copies of one kind of workload: one row in the MILP
-    model = build_model(merged, objective, **kw)
+    reduced, dropped = drop_dominated(merged)  # shapes k copies of another replace: no column
+    model = build_model(reduced, objective, **kw)
     if start is not None:
-        for c in merged.shapes:
-            model.y[c].value = start.y.get(c, 0)
-    res = solve(model, opts.options, name=name, warm_start=start is not None)
+        y0 = {c: start.y.get(c, 0) for c in reduced.shapes}
+        for b, (a, k) in dropped.items():  # the start's dominated replicas as their replacements
+            y0[a] += k * start.y.get(b, 0)
+        for c in reduced.shapes:
+            model.y[c].value = y0[c]
+    options = opts.options
+    if nodes is not None and (options.node_limit is None or nodes < options.node_limit):
+        options = replace(options, node_limit=nodes, submips=False)
+        opts.budgets[name] = nodes
+    res = solve(model, options, name=name, warm_start=start is not None)
     opts.results.append(res)
     if not res.has_solution:
         return res, None
     fixed = objective == "cost" and kw.get("theta_min") is None
-    return res, split_alike(extract(model, merged, fixed_theta=fixed), t, groups)
+    sol = restore_dominated(extract(model, reduced, fixed_theta=fixed), merged, dropped)
+    return res, split_alike(sol, t, groups)
 
 
 def _max_theta(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResult, ComposeSolution]:
@@ -407,8 +431,8 @@ def _max_theta(ir: Problem, t: ComposeTables, opts: SolveLog) -> tuple[SolveResu
     # second stage: the cheapest plan that keeps theta (ties in theta otherwise pick arbitrary extras)
     # and, when replanning, no more churn than the first stage chose
     churn_max = float(sol.churn) if t.previous is not None else None
-    res2, sol2 = solve_composition(t, opts, "compose/min-cost-at-theta", "cost", start=sol, theta_min=sol.theta * THETA_KEEP,
-                                   churn_max=churn_max)
+    res2, sol2 = solve_composition(t, opts, "compose/min-cost-at-theta", "cost", start=sol, nodes=TIEBREAK_NODES,
+                                   theta_min=sol.theta * THETA_KEEP, churn_max=churn_max)
     return res, (sol2 if sol2 is not None else sol)
 
 
