@@ -107,13 +107,24 @@ def admission(replica, workloads: dict, rates: dict[str, float]) -> dict:
 def routing_table(ir: Problem) -> RoutingTable:
     assert ir.composition is not None and ir.replicas is not None  # route requires both
     counts = dict(ir.composition.counts)
+    of_shape: dict[str, list[str]] = {}
+    for r in ir.replicas:
+        of_shape.setdefault(r.shape, []).append(r.id)
     per_replica: dict[tuple[str, str], float] = {}
     for shape, wn, rate in ir.composition.rates:
-        for r in ir.replicas:
-            if r.shape == shape:
-                per_replica[(r.id, wn)] = rate / counts[shape]
+        for rid in of_shape.get(shape, []):
+            per_replica[(rid, wn)] = rate / counts[shape]
     role = {r.id: r.role for r in ir.replicas if r.role is not None}
     groups = _groups(ir, per_replica)
+    # per workload and per replica, indexed once: a spec of thousands of workloads scans each once
+    by_workload: dict[str, dict[str, float]] = {}
+    by_replica: dict[str, dict[str, float]] = {}
+    for (rid, wn), v in per_replica.items():
+        by_workload.setdefault(wn, {})[rid] = v
+        by_replica.setdefault(rid, {})[wn] = v
+    group_of: dict[str, list] = {}
+    for g in groups.values():
+        group_of.setdefault(g.workload, []).append(g)
     models = []
     for m in ir.models:
         ws = [w for w in ir.workloads if w.model == m.name]
@@ -125,10 +136,9 @@ def routing_table(ir: Problem) -> RoutingTable:
         for w in order:
             # whole requests go to aggregated replicas and to groups (a group's share: what its decode
             # replicas take); a phase replica is reached only through its group
-            shares = {rid: v for (rid, wn), v in per_replica.items() if wn == w.name and v > 0 and rid not in role}
-            for g in groups.values():
-                if g.workload == w.name:
-                    shares[g.id] = sum(v for _, v in g.decode)
+            shares = {rid: v for rid, v in by_workload.get(w.name, {}).items() if v > 0 and rid not in role}
+            for g in group_of.get(w.name, []):
+                shares[g.id] = sum(v for _, v in g.decode)
             total = sum(shares.values())
             weights = tuple(
                 ReplicaWeight(replica=rid, weight=round(v / total, WEIGHT_DIGITS)) for rid, v in sorted(shares.items())
@@ -143,7 +153,7 @@ def routing_table(ir: Problem) -> RoutingTable:
     by_name = {w.name: w for w in ir.workloads}
     for r in ir.replicas:
         est = r.estimate
-        rates = {wn: v for (rid, wn), v in per_replica.items() if rid == r.id}
+        rates = by_replica.get(r.id, {})
         replicas.append(
             RoutedReplica(
                 id=r.id, model=ir.model(r.model).served_name, endpoint=None, kv_capacity_tokens=max(1, est.kv_capacity_tokens),
