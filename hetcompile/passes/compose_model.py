@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import pyomo.environ as pyo
+import pyomo.core as pyo
 
 
 @dataclass(frozen=True)

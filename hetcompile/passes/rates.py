@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import pyomo.environ as pyo
+import pyomo.core as pyo
 
 from hetcompile.errors import SolverError
 from hetcompile.opt.solve import SolverOptions, solve

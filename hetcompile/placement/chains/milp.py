@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-import pyomo.environ as pyo
+import pyomo.core as pyo
 
 from hetcompile.placement.tables import GroupTable, Network, layers_at_level
 

@@ -41,7 +41,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-import pyomo.environ as pyo
+import pyomo.core as pyo
 
 from hetcompile.placement.result import StageUnit
 from hetcompile.placement.tables import GroupTable, Network

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyomo.environ as pyo
+import pyomo.core as pyo
 
 from hetcompile.placement.problem import SINK, SOURCE, PlacementProblem
 from hetcompile.placement.result import StageUnit
