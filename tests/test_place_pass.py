@@ -247,3 +247,21 @@ def test_mixed_replan_never_reuses_a_replica_id(tmp_path):
         else:
             assert int(r.id[1:]) >= 7
     assert len({r.id for r in ir.replicas}) == len(ir.replicas)
+
+
+def test_shared_comparison_is_skipped_above_its_pool_size(tmp_path, monkeypatch):
+    """compare_shared (default true) runs Helix's shared search on pools up to SHARED_MAX_NODES;
+    above, plan.json has no shared figures and the place pass says why."""
+    import hetcompile.passes.place as place_pass
+
+    spec = write_spec(tmp_path)
+    small = json.loads(artifacts(compile_spec(spec, verify=False).ir)["plan.json"])
+    (pl,) = small["placement"]
+    assert pl["shared_helix_flow"] is not None
+    monkeypatch.setattr(place_pass, "SHARED_MAX_NODES", 3)  # the toy pool has 4 nodes
+    ir = compile_spec(spec, verify=False).ir
+    (pl,) = json.loads(artifacts(ir)["plan.json"])["placement"]
+    assert pl["shared_helix_flow"] is None and pl["shared_bound"] is None
+    assert pl["helix_flow"] == small["placement"][0]["helix_flow"]  # the chains are the same search
+    (rep,) = [r for r in ir.reports if r.name == "place"]
+    assert any("shared pipelines not compared: 4 pool nodes, above the 3" in n for n in rep.notes)

@@ -340,7 +340,7 @@ class PlacementSpec(_Spec):
         Field(default="depth-aware", description="depth-aware chain capacity, or Helix's flow proxy"),
     ] = "depth-aware"
     compare_shared: Annotated[
-        bool, Field(default=True, description="mixed: also solve Helix's shared pipelines and report what chains cost")
+        bool, Field(default=True, description="mixed: also solve Helix's shared pipelines and report what chains cost (pools of at most 200 nodes)")
     ] = True
     partial_inference: Annotated[
         bool, Field(default=False, description="shared comparison: Helix's partial inference")

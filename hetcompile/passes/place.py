@@ -287,6 +287,15 @@ class _Judged:
     why: str
 
 
+# Helix's shared pipelines are compared (compare_shared) on pools of at most this many nodes. The
+# comparison only reports what deployable chains cost; its flow graphs have an edge per pair of
+# units holding adjacent layers, so its heuristics, four max-flow decompositions and networkx
+# re-check grow with the square of the pool, outside the search's work budget: on
+# bench/data/scale1072.yaml's pools it took 256 of placement's 374 s (profiled). 200 keeps the
+# comparison on every example and on bench/placement_time_limit.py's 192-node Helix cluster.
+SHARED_MAX_NODES = 200
+
+
 def place_model(ir: Problem, m, pool: list[Node], mine: list[Replica], budget: _SolveBudget, ids: _ReplicaIds,
                 placed: list[Replica], replicas: Sequence[Replica]) -> _Judged:
     """Search one model's chains (and Helix's shared pipelines when compared), apply Hetis
@@ -302,11 +311,13 @@ def place_model(ir: Problem, m, pool: list[Node], mine: list[Replica], budget: _
     if res is not None:
         verify_result(res, pp)  # raises PassError when networkx's max flow disagrees with the reported flow
         budget.machine_dependent |= res.machine_dependent
-        if cfg.compare_shared:
+        if cfg.compare_shared and len(pool) <= SHARED_MAX_NODES:
             shared = placement.place(pp, mode="shared", objective=cfg.objective, options=budget.next(),
                                      partial_inference=cfg.partial_inference)
             verify_result(shared, pp)
             budget.machine_dependent |= shared.machine_dependent
+        elif cfg.compare_shared:
+            budget.left -= 1
     else:
         budget.left -= 2 if cfg.compare_shared else 1
     demand = {w.name: w.demand for w in ws}
@@ -425,6 +436,10 @@ def place_mixed(ir: Problem, nodes: tuple[Node, ...], replicas: tuple[Replica, .
             notes.append(f"{m.name}: no pool node holds a layer of it; kept compose's replicas")
             continue
         summaries.append(model_summary(ir, m, j))
+        if ir.placement.compare_shared and j.shared is None:
+            notes.append(f"{m.name}: Helix's shared pipelines not compared: {human.plural(len(j.pool), 'pool node')}, "
+                         f"above the {SHARED_MAX_NODES} the comparison runs on (its flow graphs grow with the square "
+                         "of the pool)")
         notes.append(
             f"{m.name}: {human.plural(len(j.chains), 'chain')} over {human.plural(len(j.pool), 'pool node')}, {human.number(sum(j.full_p.values()))} tokens/s "
             f"(search objective, fast mode: {human.number(j.res.depth_aware_capacity)}; compose's replicas: {human.number(j.full_c)}, fast "

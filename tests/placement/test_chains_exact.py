@@ -67,3 +67,17 @@ def test_both_slices_of_a_node_serve_two_chains(search_only):
     res = place(p, mode="chains", options=OPTS)
     assert res.depth_aware_capacity == pytest.approx(brute_force_chain_search(p, "depth-aware"), rel=1e-6)
     assert len(res.chains) == 2 and all(c.split_nodes == ("m0-r0-0",) for c in res.chains)
+
+
+def test_chain_milp_size_is_counted_without_building_it():
+    """place.milp_chains skips a large chain MILP by chains_milp.num_variables, before building it:
+    the count must be the built model's, on pools with several TPs, groups and regions."""
+    from hetcompile.placement.chains import milp as chains_milp
+    from hetcompile.placement.tables import group_tables, network
+
+    rng = random.Random(1)
+    for case in range(10):
+        p = random_case(rng)
+        ct = chains_milp.chain_tables(group_tables(p, split=True), network(p), p.num_layers)
+        assert ct.keys, f"case {case}"
+        assert chains_milp.num_variables(ct) == chains_milp.build_model(ct).nvariables(), f"case {case}"

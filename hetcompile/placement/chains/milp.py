@@ -98,6 +98,19 @@ def _kinds(ct: ChainTables, key: Key) -> list[int]:
     return [j for j, t in enumerate(ct.tables) if t.tp == tp and t.region in comp and (j, theta) in ct.K]
 
 
+def num_variables(ct: ChainTables) -> int:
+    """|z| + |v| + |s|: the variables build_model would create, counted without building it (on
+    pools of hundreds of nodes the model has hundreds of thousands of rows, and building it took
+    minutes only for the count to skip it)."""
+    kinds: dict[tuple[int, float, int], int] = {}
+    n = 0
+    for k in ct.keys:
+        if k[1:] not in kinds:
+            kinds[k[1:]] = len(_kinds(ct, k))
+        n += 1 + kinds[k[1:]]
+    return n + len({(t.gi, t.tp) for t in ct.tables})
+
+
 def build_model(ct: ChainTables) -> pyo.ConcreteModel:
     m = pyo.ConcreteModel(name="place_chains")
     m.Z = pyo.Set(initialize=list(ct.keys), dimen=4, ordered=True)

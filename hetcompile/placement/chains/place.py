@@ -72,10 +72,10 @@ def milp_chains(p: PlacementProblem, options: SolverOptions, seed: list[Chain], 
     if not ct.keys:
         return [], SolveRecord("place-chains-milp", "infeasible", None, 0.0, None, 0.0), 0.0, None
     ts = time.perf_counter()
-    m = chains_milp.build_model(ct)
-    if max_vars is not None and m.nvariables() > max_vars:
+    if max_vars is not None and chains_milp.num_variables(ct) > max_vars:
         # its root alone outlasts any sensible cap on large pools, and node limits cannot stop a root
         return [], SolveRecord("place-chains-milp", "skipped", None, None, None, time.perf_counter() - ts), None, None
+    m = chains_milp.build_model(ct)
     warm = chains_milp.warm_start(m, ct, [_as_level(p, tables, c, search) for c in seed]) if seed else False
     res = solve(m, options, name="place-chains-milp", warm_start=bool(warm))
     chains: list[Chain] = []
