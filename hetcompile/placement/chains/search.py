@@ -81,6 +81,14 @@ class ChainSearch:
         self.objective = objective
         self.modes = all_modes(p)
         self._memo: dict[tuple[str, ...], tuple[float, list[int]]] = {}
+        # value() by the chain object: a neighbour shares all but one or two chain tuples with its
+        # state, and on pools of hundreds of chains re-keying each by its units dominated the search.
+        # The chain is kept with its value, so its id is not reused while the entry lives.
+        self._by_id: dict[int, tuple[Chain, float]] = {}
+        # per TP, each node that can run it (sorted) with its slots, made once: free_slots is asked
+        # for every chain of every state
+        self._tp_slots = {t: [(n, slots_of(p, n, t, self.modes)) for n, (_, _, tps) in sorted(self.modes.items()) if t in tps]
+                          for t in sorted({t for _, _, ts in self.modes.values() for t in ts})}
         self.evals = 0
 
     # -- values ------------------------------------------------------------------------------
@@ -103,18 +111,34 @@ class ChainSearch:
         return min(caps)
 
     def value(self, chains: list[Chain]) -> float:
-        return sum(self.split(c)[0] for c in chains)
+        total = 0.0  # the same float sum, in the same order, as sum() over the chains' values
+        by_id = self._by_id
+        for c in chains:
+            hit = by_id.get(id(c))
+            if hit is None or hit[0] is not c:
+                hit = by_id[id(c)] = (c, self.split(c)[0])
+            total += hit[1]
+        return total
 
     # -- free capacity -----------------------------------------------------------------------
     def free_slots(self, chains: list[Chain], tp: int) -> list[Slot]:
         used = {s.unit for c in chains for s in c}
         mode = {s.node: s.tp for c in chains for s in c}
         out = []
-        for node, (_gi, _G, tps) in sorted(self.modes.items()):
-            if tp not in tps or mode.get(node, tp) != tp:
-                continue
-            out += [s for s in slots_of(self.p, node, tp, self.modes) if s.unit not in used]
+        for node, slots in self._tp_slots.get(tp, ()):
+            if mode.get(node, tp) == tp:
+                out += [s for s in slots if s.unit not in used]
         return out
+
+    def _free(self, chains: list[Chain]) -> Callable[[int], list[Slot]]:
+        """free_slots(chains, tp), computed once per TP: the moves of one state ask for every chain."""
+        cache: dict[int, list[Slot]] = {}
+
+        def free(tp: int) -> list[Slot]:
+            if tp not in cache:
+                cache[tp] = self.free_slots(chains, tp)
+            return cache[tp]
+        return free
 
     def open_chain(self, chains: list[Chain], tp: int) -> Chain | None:
         """Greedy: fastest-per-layer free slots until the chain holds L layers (then re-split)."""
@@ -164,8 +188,9 @@ class ChainSearch:
             new = self.open_chain(chains, t)
             if new is not None:
                 yield chains + [new]
+        free = self._free(chains)
         for i, c in enumerate(chains):  # add a free slot
-            for s in self.free_slots(chains, c[0].tp):
+            for s in free(c[0].tp):
                 yield chains[:i] + [order_slots(p, c + (s,))] + chains[i + 1:]
         for i, c in enumerate(chains):  # drop a slot / drop the chain
             yield chains[:i] + chains[i + 1:]
@@ -205,6 +230,7 @@ class ChainSearch:
         change mode), add two free slots (both slices of a split node), re-cut a chain at another TP."""
         p = self.p
         n = len(chains)
+        free_of = self._free(chains)
         for i, j in itertools.combinations(range(n), 2):  # merge two chains of one TP
             if chains[i][0].tp == chains[j][0].tp:
                 out = [c for k, c in enumerate(chains) if k not in (i, j)]
@@ -213,14 +239,14 @@ class ChainSearch:
                 for k in range(len(merged)):  # ... and leave one slot out (a deeper chain needs fewer)
                     yield out + [merged[:k] + merged[k + 1:]]
         for i, c in enumerate(chains):  # replace a slot by a free slot of the same TP
-            free = self.free_slots(chains, c[0].tp)
+            free = free_of(c[0].tp)
             for k in range(len(c)):
                 for f in free:
                     if f.node == c[k].node:
                         continue
                     yield chains[:i] + [order_slots(p, c[:k] + c[k + 1:] + (f,))] + chains[i + 1:]
         for i, c in enumerate(chains):  # add two free slots
-            free = self.free_slots(chains, c[0].tp)
+            free = free_of(c[0].tp)
             if len(free) > PAIR_MOVE_MAX_FREE:
                 continue
             for a, b in itertools.combinations(free, 2):
