@@ -91,3 +91,65 @@ def test_flat_concurrency_tables_take_the_short_path_to_the_same_split(seed: int
     p.memo.clear()
     assert [splits.depth_split(p, list(chain)) for chain in chains] == short
     assert any(v > 0 for v, _ in short)
+
+
+def _every_candidate(p, slots):
+    """depth_split as it was before it skipped candidates by their floor: the split search at every
+    usable concurrency candidate, the first of the largest values."""
+    import numpy as np
+
+    from hetcompile.perf.capacity import fluid_batch, fluid_rate
+    from hetcompile.perf.stepmodel import hops_seconds, step_seconds
+    from hetcompile.placement.chains import splits
+
+    L, d, m = p.num_layers, len(slots), p.model
+    data = [splits._slot_data(p, s) for s in slots]
+    if d == 0 or d > L or sum(x.K for x in data) < L:
+        return 0.0, []
+    cands, kcaps = splits._candidates(data)
+    usable = (kcaps.min(axis=1) >= 1) & (kcaps.sum(axis=1) >= L)
+    costs, links = [x.cost for x in data], splits._hops(p, slots)
+    head = np.zeros(d)
+    head[-1] = data[-1].prof.head_s + m.step_gpu_s
+    best, best_ks = 0.0, []
+    for j in np.nonzero(usable)[0]:
+        c, kcap = float(cands[j]), kcaps[j]
+        n, S, A, seqs = fluid_batch(c / d, m.input_tokens, m.output_tokens)
+        tau = np.array(splits._taus(p, slots, costs, c, n, S, A))
+        steps = np.arange(1, int(kcap.max()) + 1)
+        grid = np.unique((steps[None, :] * tau[:, None] + head[:, None])[steps[None, :] <= kcap[:, None]])
+        fits = np.maximum(0.0, np.floor((grid[:, None] - head[None, :]) / tau[None, :] + 1e-9))
+        ok = np.nonzero(np.minimum(kcap[None, :], fits).sum(axis=1) >= L)[0]
+        if not len(ok):
+            continue
+        ks = np.minimum(kcap, np.maximum(0.0, np.floor((grid[ok[0]] - head) / tau + 1e-9))).astype(int)
+        if ks.min() < 1:
+            continue
+        surplus = int(ks.sum() - L)
+        while surplus > 0:
+            i = int(np.argmax(np.where(ks > 1, ks * tau + head, -1.0)))
+            ks[i] -= 1
+            surplus -= 1
+        host = m.step_host_s(seqs)
+        times = tuple(float(step_seconds(float(t), host)) for t in ks * tau + head)
+        X, _ = fluid_rate(times, hops_seconds(links, n, m.activation_bytes), c)
+        cap = X * (1.0 + m.input_tokens / m.output_tokens)
+        if cap > best * (1 + 1e-12):
+            best, best_ks = cap, [int(k) for k in ks]
+    return float(best), best_ks
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_skipping_candidates_by_their_floor_changes_no_split(seed: int) -> None:
+    """depth_split skips a concurrency candidate whose best conceivable rate (no split's tau is below
+    max(host, (L min tau_i + head + H) / d)) cannot beat the best found; on random chains with KV
+    caches that bind (many candidates) it returns what searching every candidate returns."""
+    rng = random.Random(100 + seed)
+    base = _random_problem(rng, head_s=1e-3, step_gpu_s=1e-3)
+    p = dataclasses.replace(base, model=dataclasses.replace(base.model, max_concurrency=None))
+    compared = 0
+    for chain in _chains(p, rng, 15):
+        got = depth_split(p, list(chain))
+        assert got == _every_candidate(p, list(chain))
+        compared += got[0] > 0
+    assert compared

@@ -189,7 +189,16 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
         c, kcap = float(cands[j]), kcaps[j]
         b = c / d
         n, S, A, seqs = fluid_batch(b, m.input_tokens, m.output_tokens)
-        tau = np.array(_taus(p, slots, costs, c, n, S, A))  # per layer: the step model's fluid step
+        taus = _taus(p, slots, costs, c, n, S, A)
+        host, hops_s = m.step_host_s(seqs), hops_seconds(links, n, m.activation_bytes)
+        # fluid_rate's tau >= max(host, (sum_i t_i + H) / d) and sum_i t_i >= L min_i tau_i + sum_i
+        # head_i at any split, so no split at this c serves more than b / that: skip the split search
+        # where it cannot beat the best (1e-9: far above the floats' rounding, so never a skip of a
+        # split that would have won)
+        floor = max(host, (L * min(taus) + float(head[-1]) + hops_s) / d)
+        if floor > 0 and b / floor * (1.0 + ratio) * (1 + 1e-9) <= best:
+            continue
+        tau = np.array(taus)  # per layer: the step model's fluid step
         steps = np.arange(1, int(kcap.max()) + 1)  # k x tau_i + head_i for k = 1..kcap_i, every stage at once
         grid = np.unique((steps[None, :] * tau[:, None] + head[:, None])[steps[None, :] <= kcap[:, None]])
         fits = np.maximum(0.0, np.floor((grid[:, None] - head[None, :]) / tau[None, :] + 1e-9))
@@ -206,9 +215,8 @@ def depth_split(p: PlacementProblem, slots: list[Slot]) -> tuple[float, list[int
             i = int(np.argmax(np.where(ks > 1, ks * tau + head, -1.0)))
             ks[i] -= 1
             surplus -= 1
-        host = m.step_host_s(seqs)
         times = [step_seconds(float(t), host) for t in ks * tau + head]
-        X, _ = fluid_rate(tuple(float(t) for t in times), hops_seconds(links, n, m.activation_bytes), c)
+        X, _ = fluid_rate(tuple(float(t) for t in times), hops_s, c)
         cap = X * (1.0 + ratio)
         if cap > best * (1 + 1e-12):
             best, best_ks = cap, [int(k) for k in ks]
