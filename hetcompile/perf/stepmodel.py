@@ -37,6 +37,7 @@ the two regimes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -176,6 +177,28 @@ class ReplicaModel(Frozen):
             layer = [layer_seconds(k, tokens, kv_tokens, pairs) for k in kinds]
             t = [step_seconds(L * layer[i] + h, host, overlap, d) for L, i, h in distinct]
         return t if index is None else [t[j] for j in index]
+
+    def decode_times(self, terms: tuple | None = None) -> Callable[[float, float], list[float]]:
+        """f(n, S) = stage_times(n, S, S, n, terms): the stage times of a decode-only batch of n
+        sequences reading S context tokens (each decode token attends to its context once, so A = S),
+        bit for bit, with the same float operations in the same order, minus the calls. For the
+        simulator's decode runs, which evaluate it once per micro-batch step: most of a pipeline
+        plan's verification. tests/test_stepmodel_decode_times.py holds it to stage_times."""
+        kinds, distinct, index = terms or self.stage_terms()
+        o, q, overlap, d = self.step_overhead_s, self.seq_overhead_s, self.host_overlap, len(self.stages)
+        coeffs = list(kinds)
+
+        def times(n: float, S: float) -> list[float]:
+            host = o + q * n
+            xs = []
+            for f, a, w, k, s, c, c0 in coeffs:  # layer_seconds(terms, n, S, S)
+                compute = f * n + a * S
+                memory = w + k * S
+                xs.append(max(compute, memory) + s * min(compute, memory) + c * n + c0)
+            gpu = [L * xs[i] + h for L, i, h in distinct]
+            out = [g if g >= host else host for g in gpu] if overlap else [g + host / d for g in gpu]  # step_seconds
+            return out if index is None else [out[j] for j in index]
+        return times
 
     def host_seconds(self, seqs: float) -> float:
         """H = o + q m: the engine's host work for one step of m sequences."""

@@ -210,6 +210,7 @@ class ReplicaSim:
         self.kv_capacity = int(self.model.kv_capacity_tokens)
         # what step_cost reads every step, built once: the model's coefficients as plain tuples
         self.terms = self.model.stage_terms()
+        self.decode_times = self.model.decode_times(self.terms)  # stage_times of a decode-only batch, inlined
         self.hops = tuple((h.latency_s, h.bandwidth) for h in self.model.hops)
         self.hop_memo: dict[int, list[float]] = {}  # hop_seconds by batch tokens: few distinct sizes recur
         self.ready = [] if self.depth >= READY_HEAP_DEPTH else None
@@ -383,14 +384,14 @@ class ReplicaSim:
             return None
         S = sum([r.input_tokens + r.generated for r in batch.decode])  # step 1's context tokens
         fn = float(n)
-        terms, stage_times = self.terms, self.model.stage_times
+        decode_times = self.decode_times
         ends, times = [end], []
         t = end
         for _ in range(last - 1):
             if t >= guard:  # a request may be submitted before this completion: the run ends at it
                 break
             S += n
-            ts = stage_times(fn, float(S), float(S), fn, terms)[0]  # A = S for decode tokens (step_cost)
+            ts = decode_times(fn, float(S))[0]  # A = S for decode tokens (step_cost)
             t = t + ts
             times.append(ts)
             ends.append(t)
@@ -430,7 +431,7 @@ class ReplicaSim:
         # the run (-1 until then)
         queue: deque[tuple[float, _Batch, int, int, list[float]]] = deque((e, b, -1, 0, []) for e, b in flight)
         room = self.kv_capacity - self.kv_used
-        terms, stage_times = self.terms, self.model.stage_times
+        decode_times = self.decode_times
         free = list(self.stage_free)
         steps: list[tuple[float, _Batch, list[float], float]] = []
         while True:
@@ -452,7 +453,7 @@ class ReplicaSim:
             S += n  # complete(): every sequence one token longer; relaunched at e as _kick and launch() do
             room -= n
             fn = float(n)
-            times = stage_times(fn, float(S), float(S), fn, terms)  # step_cost of a decode-only batch
+            times = decode_times(fn, float(S))  # step_cost of a decode-only batch
             t = _cross(free, e, times, hop)  # launch()
             steps.append((e, b, times, t))
             queue.append((t, b, left - 1, S, hop))
