@@ -59,8 +59,9 @@ def swarm(p: PlacementProblem, tables: tuple[GroupTable, ...], partial: bool = F
     L = p.num_layers
     n = sum(t.count for t in tables)
     kmax = max(t.kmax for t in tables)
-    layouts = [swarm_layout(p, tables, stages) for stages in range(-(-L // kmax), min(L, n) + 1)]
-    bounds = [_stage_cut(p, units) for units in layouts]
+    counts = range(-(-L // kmax), min(L, n) + 1)
+    layouts = [swarm_layout(p, tables, stages) for stages in counts]
+    bounds = [_stage_cut(p, units, stages) for units, stages in zip(layouts, counts)]
     vals: dict[int, float] = {}
     top = 0.0
     for i in sorted(range(len(layouts)), key=lambda i: (-bounds[i], i)):
@@ -77,19 +78,13 @@ def swarm(p: PlacementProblem, tables: tuple[GroupTable, ...], partial: bool = F
     return best
 
 
-def _stage_cut(p: PlacementProblem, units: list[StageUnit]) -> float:
-    """min over stages of the summed T of their units: an upper bound on the layout's max flow."""
+def _stage_cut(p: PlacementProblem, units: list[StageUnit], stages: int) -> float:
+    """min over the layout's stages of the summed T of their units: an upper bound on its max flow
+    (0 where a stage has no unit: no path crosses it)."""
     by_stage: dict[int, float] = {}
     for u in units:
         by_stage[u.start] = by_stage.get(u.start, 0.0) + p.groups[u.gi].profile(u.tp).T(u.layers)
-    return min(by_stage.values(), default=0.0) if len(by_stage) and _covers(units, p.num_layers) else 0.0
-
-
-def _covers(units: list[StageUnit], L: int) -> bool:
-    """Every stage of the layout has a unit (else no path crosses it: flow 0)."""
-    starts = {u.start for u in units}
-    ends = {u.end for u in units}
-    return 0 in starts and L in ends and all(e in starts for e in ends if e != L)
+    return min(by_stage.values()) if len(by_stage) == stages else 0.0
 
 
 def petals(p: PlacementProblem, tables: tuple[GroupTable, ...], partial: bool = False) -> tuple[list[StageUnit], float]:
