@@ -38,8 +38,8 @@ Notation (one replica, one workload of I prompt / O output tokens, Poisson arriv
                has crossed every stage and hop, and merged prompts do not share the trip (a chunk's
                stage times grow with its tokens). On the Helix chains and the PP-2 replicas of the
                examples the service time that reproduces the simulator's p99 is 0.62-0.97 of the
-               prompt's whole trip and within 10% of the convoy at 66% of h_full, where I / P was 0.05-0.5
-               of it (bench/pipeline_ttft.py)
+               prompt's whole trip (I / P was 0.05-0.5 of it), and on the chains at 66% of h_full
+               within 10% of the convoy (bench/pipeline_ttft.py)
     TTFT_q     chain_capacity's TTFT at n_q in flight (overhead, the step in progress, the prompt's
                chunks beside the others' decode) + max(W_adm, W_pre): the two queues are in series
                but rarely both long (a full KV admits a prompt at a time, so the chunk budget is
