@@ -10,9 +10,10 @@ request lifetimes), fixed lengths; printed per load: perf/tail.py's p99 TTFT, th
 and mean, and rho_conv = lambda S_conv.
 
 S_conv is the convoy a prompt drives through an in-order pipeline, which perf/tail.py's prompt
-queue has charged a pipeline's prompt since it was measured here (`prompt_hold`, summed over the
-prompt's chunks; before, the queue served prompts at I / P as on one stage). Every stage serves micro-batches in launch
-order, so the batches behind a prompt's chunk wait behind it at every stage and every hop, and the
+queue has charged a pipeline's prompt since it was measured here: the column is what the tail
+model charges, `TailModel.hold` (perf/tail.py's `prompt_hold`, summed over the prompt's chunks and
+at least I / P; before, the queue served prompts at I / P as on one stage). Every stage serves
+micro-batches in launch order, so the batches behind a prompt's chunk wait behind it at every stage and every hop, and the
 pipeline loses about
 
     S_conv = sum_i (T_i - t_i) + sum_i (H_i - h_i)
@@ -43,7 +44,6 @@ budget spills into the following batches, which then pipeline behind the first.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -53,33 +53,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hetcompile.perf.capacity import chain_capacity, prefill_time  # noqa: E402
-from hetcompile.perf.stepmodel import ReplicaModel  # noqa: E402
-from hetcompile.perf.tail import TailModel, prefill_wait  # noqa: E402
+from hetcompile.perf.tail import TailModel, prompt_wait  # noqa: E402
 from hetcompile.plan.io import read_plan_doc  # noqa: E402
 from hetcompile.simulate.capacity_check import _shapes  # noqa: E402
 from hetcompile.simulate.run import poisson_requests, ttft_of  # noqa: E402
 
 
-def convoy_seconds(rm: ReplicaModel, I: float, O: float, C: float) -> float:
-    """S_conv (module docstring): what one prompt's chunk costs the batches behind it."""
-    n = float(min(I, rm.chunk_tokens))
-    chunk = rm.stage_times(n, 0.0, n * n / 2.0, 1.0)
-    m = float(max(1, math.ceil(C / rm.depth)))
-    S = m * (I + O / 2.0)
-    decode = rm.stage_times(m, S, S, m)
-    return sum(max(0.0, a - b) for a, b in zip(chunk, decode)) + rm.hop_time(n) - rm.hop_time(m)
-
-
 def fitted_service(lam: float, wait: float, q: float = 0.99) -> float | None:
-    """S_fit: the service time S of one prompt at which prefill_wait([(lam, 1)], 1 / S, q), the tail
-    model's M/D/1 prompt queue, waits `wait` at its q-quantile (it grows with S up to rho = lam S
-    = 1); None where the wait is not positive."""
+    """S_fit: the service time S of one prompt at which prompt_wait([(lam, S)], q), the tail model's
+    M/D/1 prompt queue, waits `wait` at its q-quantile (it grows with S up to rho = lam S = 1); None
+    where the wait is not positive."""
     if wait <= 0:
         return None
     lo, hi = 0.0, 1.0 / lam
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if prefill_wait([(lam, 1.0)], 1.0 / mid, q) < wait else (lo, mid)
+        lo, hi = (mid, hi) if prompt_wait([(lam, mid)], q) < wait else (lo, mid)
     return lo
 
 
@@ -102,7 +91,7 @@ def main() -> None:
             I, O = max(1, round(w.input_tokens)), max(2, round(w.output_tokens))
             full = chain_capacity(rm, I, O)
             tail = TailModel(rm, I, O)
-            s_conv = convoy_seconds(rm, I, O, full.concurrency)
+            s_conv = tail.hold(I)
             life = full.ttft_s + O * full.tpot_s
             trip = prefill_time(rm, I) - rm.request_overhead_s  # T_P
             for load in loads:
